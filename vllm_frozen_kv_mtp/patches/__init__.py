@@ -1,0 +1,150 @@
+"""The patch registry: every change this plugin makes to vLLM, in one place.
+
+Each :class:`Patch` names the vLLM symbol it changes, why, how, the upstream
+issue or PR that would make it unnecessary, and when it can be removed.
+Patches are applied lazily (when vLLM imports the module) and at most once.
+
+==========================================================================
+1. ``vllm.engine.arg_utils.EngineArgs.create_speculative_config``  (front end)
+   Why:  ``SpeculativeConfig.method`` is a pydantic ``Literal``; vLLM has no
+         proposer registry, so ``"frozen_kv_mtp"`` is rejected before any hook
+         could see it.
+   How:  wrap the method. For ``method == "frozen_kv_mtp"`` only: validate the
+         request (assistant, target, k, shapes, PP, keys; errors name the fix),
+         rewrite it to vLLM's own ``"mtp"`` (so every in-tree gate keeps working:
+         async scheduling, Model Runner V2 eligibility, attention init) and carry
+         the plugin options to every process in ``additional_config``.
+         Any other method goes straight to the original.
+   Upstream: RFC vllm-project/vllm#36219 (proposer interface unification).
+   Remove when: vLLM can register a speculative method and its proposer by name.
+--------------------------------------------------------------------------
+2. ``vllm.v1.spec_decode.gemma4.Gemma4Proposer.__new__``  (V1 runner, also CPU)
+   Why:  ``GPUModelRunner.__init__`` picks the drafter class from a hard-coded
+         if/elif chain over the speculative config, and later asserts
+         ``isinstance(drafter, Gemma4Proposer)`` against that same class.
+   How:  give ``Gemma4Proposer`` a ``__new__`` that builds our subclass
+         :class:`FrozenKVMTPProposer` when the engine's ``additional_config``
+         carries frozen_kv_mtp options, and a plain ``Gemma4Proposer`` otherwise.
+         No module global is rebound, so every isinstance check keeps holding
+         and runs that did not ask for frozen_kv_mtp are untouched.
+   Upstream: RFC vllm-project/vllm#36219; vllm-ascend ports Gemma 4 MTP as a
+         subclass too (vllm-ascend#13045).
+   Remove when: same as patch 1.
+==========================================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from vllm_frozen_kv_mtp.patches.import_hooks import when_imported
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+
+_MARK = "_frozen_kv_mtp_patch"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One documented change to a vLLM symbol (see the module docstring)."""
+
+    module: str
+    symbol: str
+    why: str
+    upstream: str
+    remove_when: str
+    apply: Callable[[ModuleType], None]
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.symbol}"
+
+
+def _patch_create_speculative_config(mod: ModuleType) -> None:
+    from vllm_frozen_kv_mtp.config import translate_speculative_config
+
+    cls = mod.EngineArgs
+    original = cls.create_speculative_config
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def create_speculative_config(
+        self: Any, target_model_config: Any, target_parallel_config: Any
+    ) -> Any:
+        translated = translate_speculative_config(
+            self, target_model_config, target_parallel_config
+        )
+        result = original(self, target_model_config, target_parallel_config)
+        if translated is not None:
+            translated.check_result(result)
+        return result
+
+    setattr(create_speculative_config, _MARK, True)
+    cls.create_speculative_config = create_speculative_config
+
+
+def _dispatching_new(base: type, subclass_path: str) -> Any:
+    """A ``__new__`` for ``base`` that builds our subclass when frozen_kv_mtp is on."""
+
+    def __new__(cls: type, vllm_config: Any, *args: Any, **kwargs: Any) -> Any:
+        if cls is base:
+            from vllm_frozen_kv_mtp.config import options_from_vllm_config
+
+            if options_from_vllm_config(vllm_config) is not None:
+                module_name, _, cls_name = subclass_path.rpartition(".")
+                cls = getattr(importlib.import_module(module_name), cls_name)
+        return object.__new__(cls)
+
+    setattr(__new__, _MARK, True)
+    return __new__
+
+
+def _patch_v1_proposer_new(mod: ModuleType) -> None:
+    cls = mod.Gemma4Proposer
+    if getattr(cls.__dict__.get("__new__"), _MARK, False):
+        return
+    cls.__new__ = _dispatching_new(cls, "vllm_frozen_kv_mtp.proposer.FrozenKVMTPProposer")
+
+
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        module="vllm.engine.arg_utils",
+        symbol="EngineArgs.create_speculative_config",
+        why="accept, validate and translate method 'frozen_kv_mtp' (vLLM's method is a "
+        "closed pydantic Literal)",
+        upstream="vllm-project/vllm#36219",
+        remove_when="vLLM registers speculative methods/proposers by name",
+        apply=_patch_create_speculative_config,
+    ),
+    Patch(
+        module="vllm.v1.spec_decode.gemma4",
+        symbol="Gemma4Proposer.__new__",
+        why="GPUModelRunner (and CPUModelRunner) build the drafter from a hard-coded "
+        "if/elif chain; build our subclass instead when frozen_kv_mtp was asked for",
+        upstream="vllm-project/vllm#36219",
+        remove_when="vLLM registers speculative methods/proposers by name",
+        apply=_patch_v1_proposer_new,
+    ),
+)
+
+_applied: set[str] = set()
+
+
+def apply_all() -> None:
+    """Schedule every patch (applied on import of its module). Safe to call again."""
+    for patch in PATCHES:
+        if patch.target in _applied:
+            continue
+        _applied.add(patch.target)
+        when_imported(patch.module, patch.apply)
+
+
+def applied_targets() -> list[str]:
+    return sorted(_applied)

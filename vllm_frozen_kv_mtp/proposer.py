@@ -1,0 +1,143 @@
+"""``FrozenKVMTPProposer``: frozen-KV drafting on vLLM's V1 runner (also the CPU runner).
+
+A thin subclass of vLLM's ``Gemma4Proposer``. Everything upstream already does
+right is reused: the Q-only ``Gemma4MTP`` model, weight loading, embedding
+sharing, KV sharing through ``kv_sharing_target_layer_name``, per-group block
+tables, the recurrent draft loop and vLLM's ``RejectionSampler``. What changes:
+
+* the first draft pass runs on one seed row per request (upstream runs it over
+  every scheduled target token: the whole prompt on prefill, k+1 rows on decode);
+* attention metadata is built once per round and reused by all k steps;
+* the drafter is checked at load to read, and never own or write, target KV;
+* centroid heads work off CUDA (upstream captures CUDA graphs unconditionally).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
+
+from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
+from vllm_frozen_kv_mtp.frozen_kv import (
+    PADDING_SLOT_ID,
+    DraftStats,
+    KVWriteError,
+    kv_checksum,
+    one_row_decode_metadata,
+    seed_row_indices,
+)
+from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+
+
+class FrozenKVMTPProposer(Gemma4Proposer):
+    """Gemma 4 MTP drafting from one seed row per request over read-only target KV."""
+
+    def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None) -> None:
+        super().__init__(vllm_config, device, runner)
+        options = options_from_vllm_config(vllm_config)
+        assert options is not None
+        self.frozen_options: FrozenKVOptions = options
+        self.frozen_stats = DraftStats()
+        self._no_write_slots = torch.full(
+            (self.max_batch_size,), PADDING_SLOT_ID, dtype=torch.int64, device=device
+        )
+        self._round_attn_metadata: tuple[list[object], dict[str, object]] | None = None
+        logger.info("frozen_kv_mtp: V1 proposer active (one seed row per request)")
+
+    # ---- load-time guarantees -------------------------------------------------
+
+    def load_model(self, target_model: Any) -> None:
+        super().load_model(target_model)
+        check_readonly_wiring(self.vllm_config, self._draft_attn_layer_names)
+
+    def initialize_attn_backend(
+        self, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None
+    ) -> None:
+        super().initialize_attn_backend(kv_cache_config, kernel_block_sizes)
+        check_drafter_owns_no_kv(kv_cache_config, self._draft_attn_layer_names)
+
+    def _setup_centroids_cuda_graphs(self) -> None:
+        if self.device.type != "cuda":
+            # Upstream always captures torch.cuda graphs here, which crashes off CUDA.
+            self._centroids_sizes = []
+            return
+        super()._setup_centroids_cuda_graphs()
+
+    def _greedy_sample(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if not self._centroids_sizes and getattr(self.model, "masked_embedding", None) is not None:
+            return self.model.get_top_tokens(hidden_states)  # sparse centroid argmax
+        return super()._greedy_sample(hidden_states)
+
+    # ---- one draft round --------------------------------------------------------
+
+    def build_per_group_and_layer_attn_metadata(
+        self, common_attn_metadata: Any, draft_index: int = 0
+    ) -> tuple[list[object], dict[str, object]]:
+        # Every step of a round queries the same position over the same prefix, so
+        # the metadata of the seed step serves the whole round.
+        if self._round_attn_metadata is None:
+            self._round_attn_metadata = super().build_per_group_and_layer_attn_metadata(
+                common_attn_metadata, draft_index
+            )
+            self.frozen_stats.metadata_builds += 1
+        return self._round_attn_metadata
+
+    def propose(  # type: ignore[override]
+        self,
+        num_speculative_tokens: int,
+        target_token_ids: torch.Tensor,
+        target_positions: torch.Tensor,
+        target_hidden_states: torch.Tensor,
+        next_token_ids: torch.Tensor,
+        token_indices_to_sample: torch.Tensor | None,
+        common_attn_metadata: Any,
+        sampling_metadata: Any,
+        mm_embed_inputs: Any = None,
+        num_rejected_tokens_gpu: torch.Tensor | None = None,
+        slot_mappings: Any = None,
+    ) -> torch.Tensor:
+        if target_positions.dim() != 1:
+            raise NotImplementedError("frozen_kv_mtp does not support M-RoPE targets")
+        batch = common_attn_metadata.batch_size()
+        rows = seed_row_indices(token_indices_to_sample, common_attn_metadata.query_start_loc)
+        seed_cad = one_row_decode_metadata(
+            common_attn_metadata,
+            num_rejected_tokens_gpu,
+            self.arange,
+            self._no_write_slots,
+        )
+        before = self._kv_checksum() if self.frozen_options.kv_guard else None
+        self._round_attn_metadata = None
+        try:
+            draft = super().propose(
+                num_speculative_tokens=num_speculative_tokens,
+                # The parent shifts target ids left and then overwrites every sampled
+                # row with next_token_ids; with one row per request only the latter stays.
+                target_token_ids=next_token_ids,
+                target_positions=target_positions[rows],
+                target_hidden_states=target_hidden_states[rows],
+                next_token_ids=next_token_ids,
+                token_indices_to_sample=self.arange[:batch],
+                common_attn_metadata=seed_cad,
+                sampling_metadata=sampling_metadata,
+                mm_embed_inputs=None,
+                num_rejected_tokens_gpu=None,  # already applied to seed_cad.seq_lens
+                slot_mappings=slot_mappings,
+            )
+        finally:
+            self._round_attn_metadata = None
+        self.frozen_stats.rounds += 1
+        self.frozen_stats.seed_rows += batch
+        self.frozen_stats.forwards += max(num_speculative_tokens, 1)
+        if before is not None and self._kv_checksum() != before:
+            raise KVWriteError("frozen_kv_mtp: a draft round changed the target KV cache")
+        return draft
+
+    def _kv_checksum(self) -> str:
+        caches = getattr(self.runner, "kv_caches", None) or []
+        return kv_checksum(caches)
