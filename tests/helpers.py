@@ -1,0 +1,110 @@
+"""Helpers for tests that drive a real in-process vLLM engine on CPU."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+ENGINE_DEFAULTS: dict[str, Any] = dict(
+    max_model_len=512,
+    max_num_seqs=8,
+    enforce_eager=True,
+    gpu_memory_utilization=0.3,
+    disable_log_stats=False,
+    seed=0,
+)
+
+
+def make_llm(target: str, spec: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """An in-process ``LLM`` (VLLM_ENABLE_V1_MULTIPROCESSING=0 is set by conftest)."""
+    from vllm import LLM
+
+    dtype = "bfloat16" if "bf16" in target else "float32"
+    args = {**ENGINE_DEFAULTS, "dtype": dtype, **kwargs}
+    return LLM(target, speculative_config=spec, **args)
+
+
+@contextlib.contextmanager
+def engine(target: str, spec: dict[str, Any] | None = None, **kwargs: Any) -> Iterator[Any]:
+    llm = make_llm(target, spec, **kwargs)
+    try:
+        yield llm
+    finally:
+        with contextlib.suppress(Exception):
+            llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+
+
+def engine_core(llm: Any) -> Any:
+    return llm.llm_engine.engine_core.engine_core
+
+
+def model_runner(llm: Any) -> Any:
+    return engine_core(llm).model_executor.driver_worker.worker.model_runner
+
+
+def drafter(llm: Any) -> Any:
+    return model_runner(llm).drafter
+
+
+def spec_metrics(llm: Any) -> dict[str, Any]:
+    """vLLM's own spec-decode counters (needs disable_log_stats=False)."""
+    out: dict[str, Any] = {}
+    for m in llm.get_metrics():
+        if m.name.startswith("vllm:spec_decode"):
+            out[m.name.removeprefix("vllm:spec_decode_")] = getattr(
+                m, "value", getattr(m, "values", None)
+            )
+    return out
+
+
+def outputs(results: list[Any]) -> list[tuple[list[int], str, str | None]]:
+    """(token ids, text, finish reason) of each request's first completion."""
+    return [
+        (list(r.outputs[0].token_ids), r.outputs[0].text, r.outputs[0].finish_reason)
+        for r in results
+    ]
+
+
+@contextlib.contextmanager
+def record_drafts(llm: Any) -> Iterator[list[list[list[int]]]]:
+    """Record the draft token ids of every round (host copies; tests only)."""
+    d = drafter(llm)
+    rounds: list[list[list[int]]] = []
+    original = d.propose
+
+    def propose(*args: Any, **kwargs: Any) -> Any:
+        draft = original(*args, **kwargs)
+        rounds.append(draft.cpu().tolist())
+        return draft
+
+    d.propose = propose
+    try:
+        yield rounds
+    finally:
+        del d.propose
+
+
+PROMPTS = [
+    "def forward(self, hidden_states):",
+    "class Gemma4Model(nn.Module):",
+    "import torch\n",
+    "return hidden_states",
+    "    def __init__(self, config):\n        super().__init__()",
+    "# Copyright 2025 Google Inc.",
+    "attention_mask = None",
+    "from transformers import",
+    "x = self.norm(x)\n" * 6,
+    "if self.config.use_cache:\n    past_key_values = DynamicCache()",
+    "logits = self.lm_head(hidden_states)",
+    "for layer in self.layers:\n    hidden_states = layer(hidden_states)\n" * 3,
+    "self.rotary_emb = Gemma4RotaryEmbedding(config=config)",
+    '"""Gemma 4 model."""',
+    "query_states = self.q_proj(hidden_states).view(hidden_shape)",
+    "position_ids = cache_position.unsqueeze(0)\n" * 4,
+    "@auto_docstring\nclass Gemma4ForCausalLM(Gemma4PreTrainedModel):",
+    "    return self.embed_tokens(input_ids) * self.embed_scale",
+]
