@@ -1,0 +1,231 @@
+"""frozen_kv_mtp configs through vLLM's real EngineArgs: acceptance and every refusal.
+
+No engine starts here: ``create_engine_config()`` runs the front-end path that
+``LLM(...)``, the OpenAI server and Ray Serve replicas all take.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import pair
+from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+
+
+def _engine_config(target: str, spec: dict[str, Any] | None, **kw: Any) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = dict(model=target, max_model_len=512, gpu_memory_utilization=0.3, **kw)
+    return EngineArgs(speculative_config=spec, **args).create_engine_config()
+
+
+@pytest.fixture(scope="module")
+def fp32() -> tuple[str, str]:
+    return pair("fp32")
+
+
+def _refused(target: str, spec: dict[str, Any], *needles: str, **kw: Any) -> str:
+    with pytest.raises(FrozenKVMTPConfigError) as e:
+        _engine_config(target, spec, **kw)
+    msg = str(e.value)
+    assert msg.startswith("frozen_kv_mtp: ") and "Fix: " in msg
+    for n in needles:
+        assert n in msg, f"{n!r} not in {msg!r}"
+    return msg
+
+
+def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 3}
+    cfg = _engine_config(target, dict(spec))
+    assert cfg.speculative_config.method == "mtp"
+    assert cfg.speculative_config.use_gemma4_mtp()
+    assert cfg.speculative_config.num_speculative_tokens == 3
+    assert cfg.additional_config["frozen_kv_mtp"] == {"kv_guard": False, "num_speculative_tokens": 3}
+
+
+def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num-speculative-tokens": 2,  # vLLM accepts dashed keys from the CLI
+        "kv_guard": True,
+        "enforce_eager": True,
+    }
+    cfg = _engine_config(target, spec, additional_config={"other_plugin": 1})
+    assert cfg.additional_config["frozen_kv_mtp"]["kv_guard"] is True
+    assert cfg.additional_config["other_plugin"] == 1
+    assert cfg.speculative_config.enforce_eager is True
+
+
+def test_default_k_when_missing(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    cfg = _engine_config(target, {"method": "frozen_kv_mtp", "model": assistant})
+    assert cfg.speculative_config.num_speculative_tokens == 2  # E2B-sized backbone rule
+
+
+def test_other_methods_untouched(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    cfg = _engine_config(target, {"method": "mtp", "model": assistant, "num_speculative_tokens": 2})
+    assert cfg.speculative_config.method == "mtp"
+    assert "frozen_kv_mtp" not in (cfg.additional_config or {})
+    assert _engine_config(target, None).speculative_config is None
+
+
+def test_missing_model(fp32: tuple[str, str]) -> None:
+    target, _ = fp32
+    _refused(target, {"method": "frozen_kv_mtp", "num_speculative_tokens": 2}, '"model"', "-assistant")
+
+
+def test_model_is_not_an_assistant(fp32: tuple[str, str]) -> None:
+    target, _ = fp32
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": target, "num_speculative_tokens": 2},
+        "not a Gemma 4 assistant",
+        "gemma4_text",
+    )
+
+
+def test_unreadable_assistant(fp32: tuple[str, str], tmp_path: Path) -> None:
+    target, _ = fp32
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": str(tmp_path / "nope"), "num_speculative_tokens": 2},
+        "cannot read the assistant config",
+    )
+
+
+@pytest.fixture(scope="module")
+def llama_target(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from vllm_frozen_kv_mtp.fixtures.build import build_tokenizer
+
+    d = tmp_path_factory.mktemp("llama")
+    cfg = LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(d)
+    build_tokenizer().save_pretrained(d)
+    return str(d)
+
+
+def test_target_not_gemma4(llama_target: str, fp32: tuple[str, str]) -> None:
+    _, assistant = fp32
+    _refused(
+        llama_target,
+        {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 2},
+        "'llama', not Gemma 4",
+    )
+
+
+@pytest.mark.parametrize("k", [0, -1, 33, "3", True, 2.0])
+def test_bad_k(fp32: tuple[str, str], k: Any) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": k},
+        "num_speculative_tokens",
+        "between 1 and 32",
+    )
+
+
+def _edited_assistant(src: str, dst: Path, edit: dict[str, Any]) -> str:
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    for key, value in edit.items():
+        node = cfg
+        *path, leaf = key.split(".")
+        for p in path:
+            node = node[p]
+        node[leaf] = value
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return str(dst)
+
+
+def test_backbone_mismatch(fp32: tuple[str, str], tmp_path: Path) -> None:
+    target, assistant = fp32
+    bad = _edited_assistant(assistant, tmp_path / "a", {"backbone_hidden_size": 256})
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": bad, "num_speculative_tokens": 2},
+        "backbone_hidden_size=256",
+        "hidden size is 128",
+    )
+
+
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        ({"text_config.num_key_value_heads": 2}, "2 KV heads"),
+        ({"text_config.head_dim": 32}, "size 32"),
+        ({"text_config.per_layer_config": {"1": {"head_dim": 64}}}, "layer 1 (full_attention)"),
+    ],
+)
+def test_kv_shape_mismatch(
+    fp32: tuple[str, str], tmp_path: Path, edit: dict[str, Any], needle: str
+) -> None:
+    target, assistant = fp32
+    bad = _edited_assistant(assistant, tmp_path / "a", edit)
+    _refused(
+        target, {"method": "frozen_kv_mtp", "model": bad, "num_speculative_tokens": 2}, needle
+    )
+
+
+def test_pipeline_parallel_refused(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 2},
+        "pipeline_parallel_size=2",
+        "--tensor-parallel-size",
+        pipeline_parallel_size=2,
+    )
+
+
+def test_draft_tp_mismatch(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "draft_tensor_parallel_size": 2},
+        "draft_tensor_parallel_size=2",
+    )
+
+
+def test_unknown_key_with_suggestion(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_token": 2},
+        "unknown speculative-config key 'num_speculative_token'",
+        "did you mean 'num_speculative_tokens'",
+    )
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "colour": "blue"},
+        "'colour'",
+        "Supported keys:",
+    )
+
+
+def test_known_but_unsupported_key(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "kv_cache_dtype": "fp8"},
+        "'kv_cache_dtype' is not supported",
+        "--kv-cache-dtype",
+    )
+
+
+def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    _refused(target, {"method": "frozen_kv_mtp", "model": assistant, "kv_guard": "yes"}, "kv_guard")
