@@ -13,6 +13,8 @@ export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 export VLLM_NO_USAGE_STATS ?= 1
+export VLLM_CPU_OMP_THREADS_BIND ?= nobind
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: install demo test test-fast test-serving lint bench-cpu fixtures clean help
 

@@ -103,13 +103,19 @@ class DraftStats:
         return d
 
 
-def kv_checksum(kv_caches: Iterable[torch.Tensor]) -> str:
+def _tensors(items: Iterable[Any]) -> Iterable[torch.Tensor]:
+    for t in items:
+        if isinstance(t, torch.Tensor):
+            yield t
+        elif isinstance(t, (list, tuple)):
+            yield from _tensors(t)
+
+
+def kv_checksum(kv_caches: Iterable[Any]) -> str:
     """A hash of every byte of the given KV cache tensors (syncs; tests and kv_guard only)."""
     h = hashlib.sha256()
     seen: set[int] = set()
-    for t in kv_caches:
-        if not isinstance(t, torch.Tensor):
-            continue
+    for t in _tensors(kv_caches):
         key = t.untyped_storage().data_ptr()
         if key in seen:  # shared layers alias one tensor
             continue

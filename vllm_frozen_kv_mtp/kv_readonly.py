@@ -55,3 +55,22 @@ def check_drafter_owns_no_kv(kv_cache_config: Any, draft_layer_names: Iterable[s
             raise ReadOnlyKVError(
                 f"frozen_kv_mtp: KV memory was allocated for drafter layers {sorted(owners)}"
             )
+
+
+def copy_target_kv_scales(vllm_config: Any, draft_layer_names: Iterable[str]) -> None:
+    """Give each drafter layer its target layer's K/V scales (FP8 KV caches).
+
+    The V1 proposer leaves the drafter's scales at 1.0 while it reads the
+    target's calibrated FP8 cache (vllm-project/vllm#41789). Model Runner V2
+    already copies them; we reuse its helper rather than a copy of it.
+    """
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import _copy_target_kv_scales
+
+    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+    for name in draft_layer_names:
+        layer = layers[name]
+        target = layers[layer.kv_sharing_target_layer_name]
+        if hasattr(layer, "_k_scale") and hasattr(target, "_k_scale"):
+            _copy_target_kv_scales(layer, target)

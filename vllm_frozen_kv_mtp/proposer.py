@@ -9,7 +9,9 @@ tables, the recurrent draft loop and vLLM's ``RejectionSampler``. What changes:
   every scheduled target token: the whole prompt on prefill, k+1 rows on decode);
 * attention metadata is built once per round and reused by all k steps;
 * the drafter is checked at load to read, and never own or write, target KV;
-* centroid heads work off CUDA (upstream captures CUDA graphs unconditionally).
+* centroid heads work off CUDA (upstream captures CUDA graphs unconditionally);
+* drafter layers read an FP8 KV cache with the target layers' scales (upstream V1
+  leaves them at 1.0: vllm-project/vllm#41789, 0.2% acceptance).
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ from vllm_frozen_kv_mtp.frozen_kv import (
     one_row_decode_metadata,
     seed_row_indices,
 )
-from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
+from vllm_frozen_kv_mtp.kv_readonly import (
+    check_drafter_owns_no_kv,
+    check_readonly_wiring,
+    copy_target_kv_scales,
+)
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
@@ -54,6 +60,7 @@ class FrozenKVMTPProposer(Gemma4Proposer):
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
         check_readonly_wiring(self.vllm_config, self._draft_attn_layer_names)
+        copy_target_kv_scales(self.vllm_config, self._draft_attn_layer_names)
 
     def initialize_attn_backend(
         self, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None

@@ -30,6 +30,15 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
    Upstream: RFC vllm-project/vllm#36219; vllm-ascend ports Gemma 4 MTP as a
          subclass too (vllm-ascend#13045).
    Remove when: same as patch 1.
+--------------------------------------------------------------------------
+3. ``vllm.v1.worker.gpu.spec_decode.gemma4.speculator.Gemma4Speculator.__new__``
+   (Model Runner V2, the GPU default)
+   Why:  ``init_speculator`` constructs ``Gemma4Speculator`` for method 'mtp'
+         with a Gemma 4 assistant; there is no hook to pick another class.
+   How:  as patch 2: a ``__new__`` that builds :class:`FrozenKVMTPSpeculator`
+         (a subclass) only when the engine asked for frozen_kv_mtp.
+   Upstream: RFC vllm-project/vllm#36219 (V2 port of Gemma 4 MTP: #43241).
+   Remove when: same as patch 1.
 ==========================================================================
 """
 
@@ -113,6 +122,13 @@ def _patch_v1_proposer_new(mod: ModuleType) -> None:
     cls.__new__ = _dispatching_new(cls, "vllm_frozen_kv_mtp.proposer.FrozenKVMTPProposer")
 
 
+def _patch_v2_speculator_new(mod: ModuleType) -> None:
+    cls = mod.Gemma4Speculator
+    if getattr(cls.__dict__.get("__new__"), _MARK, False):
+        return
+    cls.__new__ = _dispatching_new(cls, "vllm_frozen_kv_mtp.speculator.FrozenKVMTPSpeculator")
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch(
         module="vllm.engine.arg_utils",
@@ -131,6 +147,15 @@ PATCHES: tuple[Patch, ...] = (
         upstream="vllm-project/vllm#36219",
         remove_when="vLLM registers speculative methods/proposers by name",
         apply=_patch_v1_proposer_new,
+    ),
+    Patch(
+        module="vllm.v1.worker.gpu.spec_decode.gemma4.speculator",
+        symbol="Gemma4Speculator.__new__",
+        why="Model Runner V2 builds Gemma4Speculator for Gemma 4 MTP with no hook; "
+        "build our subclass instead when frozen_kv_mtp was asked for",
+        upstream="vllm-project/vllm#36219",
+        remove_when="vLLM registers speculative methods/proposers by name",
+        apply=_patch_v2_speculator_new,
     ),
 )
 

@@ -1,0 +1,304 @@
+"""``FrozenKVMTPSpeculator``: frozen-KV drafting on Model Runner V2 (the GPU default).
+
+A thin subclass of vLLM's ``Gemma4Speculator``: model loading, KV sharing, KV-scale
+copying (FP8), per-group block tables, attention backends and the rejection
+sampler are vLLM's. What changes:
+
+* no draft "prefill" over the target's tokens: the round starts from one seed row
+  per request (target post-norm hidden at the last accepted position, bonus token);
+* the seed step is step 0 of the uniform one-row decode loop, so attention
+  metadata is refreshed once per round and the whole round (seed step, k-1
+  recurrent steps, logits/top-k) is one CUDA-graph replay per batch-size bucket;
+* no draft-prefill CUDA graphs are captured (they would never run).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
+from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
+from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, kv_checksum
+from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+
+
+class FrozenKVMTPSpeculator(Gemma4Speculator):
+    """Gemma 4 MTP drafting from one seed row per request, whole round in one graph."""
+
+    def __init__(self, vllm_config: Any, device: torch.device) -> None:
+        super().__init__(vllm_config, device)
+        options = options_from_vllm_config(vllm_config)
+        assert options is not None
+        self.frozen_options: FrozenKVOptions = options
+        self.frozen_stats = DraftStats()
+        self._kv_caches: list[torch.Tensor] = []
+        logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
+
+    # ---- load-time guarantees -------------------------------------------------
+
+    def load_model(self, target_model: Any) -> None:
+        super().load_model(target_model)
+        check_readonly_wiring(self.vllm_config, self.draft_attn_layer_names)
+
+    def set_attn(self, model_state: Any, kv_cache_config: Any, *args: Any, **kwargs: Any) -> None:
+        super().set_attn(model_state, kv_cache_config, *args, **kwargs)
+        check_drafter_owns_no_kv(kv_cache_config, self.draft_attn_layer_names)
+
+    def _configure_decode_metadata_update(self) -> None:
+        # The parent turns in-graph metadata refresh off for k=1 (no decode steps);
+        # here the seed step itself is a decode step, so keep vLLM's backend check.
+        DraftModelSpeculator._configure_decode_metadata_update(self)
+
+    # ---- CUDA graphs: one graph per batch-size bucket for the whole round -------
+
+    def capture(self) -> None:
+        assert self.decode_cudagraph_manager is not None
+        logger.info("frozen_kv_mtp: capturing whole-round draft CUDA graphs")
+        self.last_token_indices.zero_()
+        self.idx_mapping.zero_()
+        self.on_multi_step_decode_begin(self.max_num_reqs)
+        self.decode_cudagraph_manager.capture(
+            self._round_fn(),
+            self.model_state,
+            self.input_buffers,
+            self.block_tables,
+            self.attn_groups,
+            self.kv_cache_config,
+            progress_bar_desc="Capturing frozen-KV draft round CUDA graphs",
+            specialize_spec_tokens=self.supports_decode_metadata_update
+            and self.speculative_config.uses_dynamic_speculative_decoding(),
+        )
+        self.on_multi_step_decode_end(self.max_num_reqs)
+
+    def _round_fn(self) -> Any:
+        return (
+            self._generate_fused_drafts
+            if self.supports_decode_metadata_update
+            else self._generate_draft
+        )
+
+    # ---- one draft round --------------------------------------------------------
+
+    def _load_seed(
+        self,
+        input_batch: Any,
+        hidden_states: torch.Tensor,
+        num_sampled: torch.Tensor,
+        num_rejected: torch.Tensor,
+        last_sampled: torch.Tensor,
+        next_prefill_tokens: torch.Tensor,
+    ) -> None:
+        """Write one seed row per request into the decode buffers (device ops only)."""
+        n = input_batch.num_reqs
+        buffers = self.input_buffers
+        rejected = num_rejected[:n]
+        # Last accepted row of each request in the target batch.
+        last = (input_batch.query_start_loc[1 : n + 1] - 1 - rejected).long()
+        req_state = input_batch.idx_mapping[:n]
+        bonus = torch.where(
+            num_sampled[:n] > 0,
+            last_sampled[req_state].to(buffers.input_ids.dtype),
+            next_prefill_tokens[req_state].to(buffers.input_ids.dtype),
+        )
+        positions = input_batch.positions[last]
+        buffers.input_ids[:n] = bonus
+        buffers.positions[:n] = positions
+        self.hidden_states[:n] = hidden_states[last]
+        # Sampling is keyed by the position before the sampled token (as upstream).
+        self.sample_src_positions[:n] = positions + 1
+        # Attention over the committed prefix only: keys at positions <= last accepted.
+        buffers.seq_lens[:n] = (input_batch.seq_lens[:n] - rejected).to(buffers.seq_lens.dtype)
+        buffers.seq_lens[n:] = 0  # padded graph rows read nothing
+        qsl = buffers.query_start_loc
+        torch.clamp(self._arange_qsl[: qsl.shape[0]], max=n, out=qsl)
+        self.current_draft_step.zero_()
+
+    @property
+    def _arange_qsl(self) -> torch.Tensor:
+        arange = getattr(self, "_frozen_arange", None)
+        if arange is None:
+            arange = torch.arange(
+                self.input_buffers.query_start_loc.shape[0],
+                dtype=self.input_buffers.query_start_loc.dtype,
+                device=self.device,
+            )
+            self._frozen_arange = arange
+        return arange
+
+    @torch.inference_mode()
+    def propose(  # type: ignore[override]
+        self,
+        input_batch: Any,
+        attn_metadata: dict[str, Any],
+        slot_mappings: dict[str, torch.Tensor],
+        last_hidden_states: torch.Tensor,
+        aux_hidden_states: list[torch.Tensor] | None,
+        num_sampled: torch.Tensor,
+        num_rejected: torch.Tensor,
+        last_sampled: torch.Tensor,
+        next_prefill_tokens: torch.Tensor,
+        temperature: torch.Tensor,
+        seeds: torch.Tensor,
+        dp_sync_state: Any = None,
+        dummy_run: bool = False,
+        skip_attn_for_dummy_run: bool = False,
+        mm_inputs: Any = None,
+        is_profile: bool = False,
+        num_speculative_tokens: int | None = None,
+    ) -> torch.Tensor:
+        num_reqs = input_batch.num_reqs
+        k = self.num_speculative_steps if num_speculative_tokens is None else num_speculative_tokens
+        if k == 0:
+            self.draft_tokens[:num_reqs].fill_(-1)
+            return self.draft_tokens[:num_reqs]
+        self._copy_request_inputs(
+            num_reqs, input_batch.idx_mapping, temperature, seeds, dummy_run=dummy_run
+        )
+        # Host-side upper bound (a CPU tensor): no device sync.
+        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[:num_reqs].max())
+        self.draft_max_seq_len = min(max_seq_len, self.max_model_len)
+        self._load_seed(
+            input_batch,
+            last_hidden_states,
+            num_sampled,
+            num_rejected,
+            last_sampled,
+            next_prefill_tokens,
+        )
+
+        batch_sync, num_batch_tokens = (
+            self._build_uniform_batch_dp_sync(dp_sync_state, num_reqs, num_query_per_req=1)
+            if dp_sync_state is not None
+            else (None, num_reqs)
+        )
+        batch_desc, batch_sync = dispatch_cg_and_sync_dp(
+            self.decode_cudagraph_manager,
+            num_reqs,
+            num_batch_tokens,
+            uniform_token_count=1,
+            dp_size=self.dp_size,
+            dp_rank=self.dp_rank,
+            need_eager=is_profile,
+            dp_sync_state=batch_sync,
+        )
+        assert self.decode_cudagraph_manager is not None
+        batch_desc = self.decode_cudagraph_manager.specialize_spec_tokens(batch_desc, k)
+        tokens_across_dp = batch_sync.num_tokens_across_dp if batch_sync is not None else None
+
+        before = self._kv_checksum() if self.frozen_options.kv_guard else None
+        self.on_multi_step_decode_begin(num_reqs)
+        run = (
+            self._fused_multi_step_decode
+            if self.supports_decode_metadata_update
+            else self._multi_step_decode
+        )
+        run(
+            num_reqs,
+            dummy_run and skip_attn_for_dummy_run,
+            batch_desc,
+            tokens_across_dp,
+            input_batch.seq_lens_cpu_upper_bound,
+            k,
+        )
+        self.on_multi_step_decode_end(num_reqs)
+        if not dummy_run:
+            self.frozen_stats.rounds += 1
+            self.frozen_stats.seed_rows += num_reqs
+            self.frozen_stats.forwards += k
+            self.frozen_stats.metadata_builds += 1
+        if before is not None and self._kv_checksum() != before:
+            raise KVWriteError("frozen_kv_mtp: a draft round changed the target KV cache")
+        return self.draft_tokens[:num_reqs]
+
+    def _generate_fused_drafts(
+        self,
+        num_reqs: int,
+        num_tokens_padded: int,
+        attn_metadata: dict[str, Any] | None,
+        slot_mappings: dict[str, torch.Tensor] | None,
+        num_tokens_across_dp: torch.Tensor | None,
+        cudagraph_runtime_mode: CUDAGraphMode,
+        num_speculative_steps: int,
+    ) -> None:
+        # Steps 0..k-1, seed step included, over metadata refreshed once (in-graph).
+        if attn_metadata is not None:
+            self.block_tables.compute_slot_mappings(
+                self.idx_mapping[:num_reqs],
+                self.input_buffers.query_start_loc[: num_reqs + 1],
+                self.input_buffers.positions[:num_reqs],
+                num_tokens_padded,
+            )
+            self._update_draft_decode_metadata(attn_metadata, num_reqs)
+        for step in range(num_speculative_steps):
+            self.current_draft_step.fill_(step)
+            self._generate_draft(
+                num_reqs,
+                num_tokens_padded,
+                attn_metadata,
+                slot_mappings,
+                num_tokens_across_dp,
+                cudagraph_runtime_mode,
+                num_speculative_steps,
+            )
+
+    def _multi_step_decode(
+        self,
+        num_reqs: int,
+        skip_attn: bool,
+        batch_desc: Any,
+        num_tokens_across_dp: torch.Tensor | None,
+        seq_lens_cpu_upper_bound: torch.Tensor,
+        num_speculative_steps: int,
+    ) -> None:
+        # Backends that cannot refresh metadata in a graph: build it once, then
+        # run (or replay) one step per draft token, the seed step first.
+        attn_metadata = None
+        slot_mappings_by_layer = None
+        if not skip_attn:
+            slot_mappings = self.block_tables.compute_slot_mappings(
+                self.idx_mapping[:num_reqs],
+                self.input_buffers.query_start_loc[: num_reqs + 1],
+                self.input_buffers.positions[:num_reqs],
+                batch_desc.num_tokens,
+            )
+            slot_mappings_by_layer = build_slot_mappings_by_layer(
+                slot_mappings, self.kv_cache_config
+            )
+            attn_metadata = self._build_uniform_attn_metadata(
+                num_reqs=num_reqs,
+                batch_desc=batch_desc,
+                num_query_per_req=1,
+                seq_lens_cpu_upper_bound=seq_lens_cpu_upper_bound,
+                step=1,
+            )
+        for step in range(num_speculative_steps):
+            self.current_draft_step.fill_(step)
+            if batch_desc.cg_mode == CUDAGraphMode.FULL:
+                assert self.decode_cudagraph_manager is not None
+                self.decode_cudagraph_manager.run_fullgraph(batch_desc)
+            else:
+                self._generate_draft(
+                    num_reqs,
+                    batch_desc.num_tokens,
+                    attn_metadata,
+                    slot_mappings_by_layer,
+                    num_tokens_across_dp=num_tokens_across_dp,
+                    cudagraph_runtime_mode=batch_desc.cg_mode,
+                    num_speculative_steps=num_speculative_steps,
+                )
+
+    def _kv_checksum(self) -> str:
+        from vllm.config import get_layers_from_vllm_config
+        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+        layers = get_layers_from_vllm_config(self.vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+        return kv_checksum(getattr(layer, "kv_cache", None) for layer in layers.values())
