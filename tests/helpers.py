@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +12,7 @@ ENGINE_DEFAULTS: dict[str, Any] = dict(
     max_model_len=512,
     max_num_seqs=8,
     enforce_eager=True,
-    gpu_memory_utilization=0.3,
+    gpu_memory_utilization=float(os.environ.get("FROZEN_KV_MTP_TEST_MEM", "0.2")),
     disable_log_stats=False,
     seed=0,
 )

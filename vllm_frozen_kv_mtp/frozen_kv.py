@@ -124,5 +124,14 @@ def kv_checksum(kv_caches: Iterable[Any]) -> str:
     return h.hexdigest()
 
 
+def target_kv_checksum(vllm_config: Any) -> str:
+    """:func:`kv_checksum` over every attention layer's KV cache (both runners)."""
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+    return kv_checksum(getattr(layer, "kv_cache", None) for layer in layers.values())
+
+
 class KVWriteError(RuntimeError):
     """The drafter changed the target's KV cache (it must only read it)."""

@@ -27,9 +27,9 @@ from vllm_frozen_kv_mtp.frozen_kv import (
     PADDING_SLOT_ID,
     DraftStats,
     KVWriteError,
-    kv_checksum,
     one_row_decode_metadata,
     seed_row_indices,
+    target_kv_checksum,
 )
 from vllm_frozen_kv_mtp.kv_readonly import (
     check_drafter_owns_no_kv,
@@ -146,5 +146,4 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         return draft
 
     def _kv_checksum(self) -> str:
-        caches = getattr(self.runner, "kv_caches", None) or []
-        return kv_checksum(caches)
+        return target_kv_checksum(self.vllm_config)

@@ -25,7 +25,7 @@ from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
-from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, kv_checksum
+from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
 from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
@@ -104,10 +104,12 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         # Last accepted row of each request in the target batch.
         last = (input_batch.query_start_loc[1 : n + 1] - 1 - rejected).long()
         req_state = input_batch.idx_mapping[:n]
+        # Both are indexed by request-state slot; their leading storage row is the one
+        # vLLM's own prepare kernel reads ([max_reqs, 1] and [lookahead, max_reqs]).
         bonus = torch.where(
             num_sampled[:n] > 0,
-            last_sampled[req_state].to(buffers.input_ids.dtype),
-            next_prefill_tokens[req_state].to(buffers.input_ids.dtype),
+            last_sampled.reshape(-1)[req_state].to(buffers.input_ids.dtype),
+            next_prefill_tokens.reshape(-1)[req_state].to(buffers.input_ids.dtype),
         )
         positions = input_batch.positions[last]
         buffers.input_ids[:n] = bonus
@@ -297,8 +299,4 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
                 )
 
     def _kv_checksum(self) -> str:
-        from vllm.config import get_layers_from_vllm_config
-        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
-
-        layers = get_layers_from_vllm_config(self.vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
-        return kv_checksum(getattr(layer, "kv_cache", None) for layer in layers.values())
+        return target_kv_checksum(self.vllm_config)

@@ -1,0 +1,358 @@
+"""GPU benchmark: none vs upstream `mtp` vs `frozen_kv_mtp` on real Gemma 4 shapes (dummy weights).
+
+    python bench/bench_gpu.py run --model E4B --method frozen_kv_mtp --out bench/results/h200.jsonl
+    python bench/bench_gpu.py all --models E4B --out bench/results/h200.jsonl   # all 3 methods
+    python bench/bench_gpu.py report bench/results/h200.jsonl --json bench/results/h200.json
+
+One engine per process (in-process engine core, `VLLM_ENABLE_V1_MULTIPROCESSING=0`).
+Weights are random (`load_format="dummy"`), so drafts are ~never accepted: what is
+measured is the cost of speculation per engine step (draft round + verify), which
+is what acceptance then pays back. Per concurrency c it times a 1-token run
+(prefill) and an N-token run of c requests; ms/step = decode time / engine steps.
+The draft-round time is measured with CUDA events around the drafter's `propose`
+(recorded on the stream; read after the run, so no sync is added to the round).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+METHODS = ("none", "mtp", "frozen_kv_mtp")
+FIELDS = (
+    "model",
+    "method",
+    "runner",
+    "concurrency",
+    "prompt_len",
+    "step_ms",
+    "draft_round_ms",
+    "decode_tok_s",
+    "ttft_ms",
+)
+
+
+def _fill_dummy_token_ordering() -> None:
+    """The dummy loader leaves integer buffers as garbage; the E2B/E4B centroid head
+    indexes the vocabulary with ``token_ordering``, so give it a permutation."""
+    import torch
+    from vllm.model_executor.model_loader.dummy_loader import DummyModelLoader
+
+    original = DummyModelLoader.load_weights
+
+    def load_weights(self: Any, model: Any, model_config: Any) -> None:
+        original(self, model, model_config)
+        for mod in model.modules():
+            t = getattr(mod, "token_ordering", None)
+            if isinstance(t, torch.Tensor) and not t.is_floating_point():
+                g = torch.Generator().manual_seed(0)
+                t.copy_(torch.randperm(t.numel(), generator=g).view_as(t).to(t.device))
+
+    DummyModelLoader.load_weights = load_weights
+
+
+class DraftTimer:
+    """CUDA events around every draft round; resolved after the run."""
+
+    def __init__(self, drafter: Any) -> None:
+        import torch
+
+        self.pairs: list[tuple[Any, Any]] = []
+        self.enabled = False
+        original = drafter.propose
+
+        def propose(*args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return original(*args, **kwargs)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = original(*args, **kwargs)
+            end.record()
+            self.pairs.append((start, end))
+            return out
+
+        drafter.propose = propose
+
+    def median_ms(self) -> float | None:
+        import torch
+
+        if not self.pairs:
+            return None
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in self.pairs)
+
+
+def _drafter(llm: Any) -> Any:
+    core = llm.llm_engine.engine_core.engine_core
+    runner = core.model_executor.driver_worker.worker.model_runner
+    return getattr(runner, "speculator", None) or getattr(runner, "drafter", None)
+
+
+def _spec_drafts(llm: Any) -> int:
+    for m in llm.get_metrics():
+        if m.name == "vllm:spec_decode_num_drafts":
+            return int(m.value)
+    return 0
+
+
+def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
+    import vllm_frozen_kv_mtp
+
+    vllm_frozen_kv_mtp.register()  # not pip-installed on the GPU host
+    _fill_dummy_token_ordering()
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
+
+    target, assistant = ensure_shape_pair(args.model, args.shapes)
+    spec = None
+    if args.method != "none":
+        spec = {"method": args.method, "model": str(assistant), "num_speculative_tokens": args.k}
+    concurrency = [int(c) for c in args.concurrency.split(",")]
+    ttft_lens = [int(n) for n in args.ttft.split(",") if n]
+    max_len = max([args.prompt_len, *ttft_lens]) + args.tokens + 64
+    kw: dict[str, Any] = {}
+    if args.mode == "graphs":
+        kw["compilation_config"] = {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"}
+    t0 = time.time()
+    llm = LLM(
+        model=str(target),
+        dtype="bfloat16",
+        seed=0,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        disable_log_stats=False,
+        max_model_len=max_len,
+        max_num_seqs=max(concurrency),
+        gpu_memory_utilization=args.mem,
+        speculative_config=spec,
+        tensor_parallel_size=args.tp,
+        **kw,
+    )
+    load_s = time.time() - t0
+    cfg = llm.llm_engine.vllm_config
+    runner = "v2" if cfg.use_v2_model_runner else "v1"
+    timer = DraftTimer(_drafter(llm)) if spec else None
+    rng = random.Random(0)
+    vocab = cfg.model_config.get_vocab_size()
+
+    def prompts(n: int, length: int) -> list[Any]:
+        return [
+            TokensPrompt(prompt_token_ids=[rng.randrange(10, vocab) for _ in range(length)])
+            for _ in range(n)
+        ]
+
+    def params(n: int) -> Any:
+        return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
+
+    base = {"model": args.model, "method": args.method, "runner": runner}
+    info = {
+        "k": args.k if spec else 0,
+        "mode": args.mode,
+        "load_s": round(load_s, 1),
+        "async": cfg.scheduler_config.async_scheduling,
+        "tokens": args.tokens,
+    }
+    rows: list[dict[str, Any]] = []
+    for c in concurrency:
+        batch = prompts(c, args.prompt_len)
+        llm.generate(batch, params(16), use_tqdm=False)  # warm-up
+        t = time.perf_counter()
+        llm.generate(batch, params(1), use_tqdm=False)
+        prefill = time.perf_counter() - t
+        drafts0 = _spec_drafts(llm)
+        if timer:
+            timer.pairs.clear()
+            timer.enabled = True
+        t = time.perf_counter()
+        llm.generate(batch, params(args.tokens), use_tqdm=False)
+        total = time.perf_counter() - t
+        if timer:
+            timer.enabled = False
+        decode = max(total - prefill, 1e-9)
+        steps = (_spec_drafts(llm) - drafts0) / c if spec else args.tokens - 1
+        draft_ms = timer.median_ms() if timer else None
+        row = dict(
+            base,
+            concurrency=c,
+            prompt_len=args.prompt_len,
+            step_ms=round(1000 * decode / max(steps, 1), 3),
+            draft_round_ms=None if draft_ms is None else round(draft_ms, 3),
+            decode_tok_s=round(c * (args.tokens - 1) / decode, 1),
+            ttft_ms=None,
+            steps=round(steps, 1),
+            **info,
+        )
+        print("ROW", json.dumps(row), flush=True)
+        rows.append(row)
+    for n in ttft_lens:
+        one = prompts(1, n)
+        llm.generate(one, params(1), use_tqdm=False)  # warm-up at this length
+        times = []
+        for _ in range(args.ttft_repeats):
+            one = prompts(1, n)  # fresh tokens: no prefix-cache hit
+            t = time.perf_counter()
+            llm.generate(one, params(1), use_tqdm=False)
+            times.append(time.perf_counter() - t)
+        row = dict(
+            base,
+            concurrency=1,
+            prompt_len=n,
+            step_ms=None,
+            draft_round_ms=None,
+            decode_tok_s=None,
+            ttft_ms=round(1000 * statistics.median(times), 2),
+            **info,
+        )
+        print("ROW", json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (2.8, 3.5)) -> str:
+    """Markdown table + overhead ratios + modelled speedups from measured rows."""
+    out = [
+        "| model | runner | c | none ms/step | mtp ms/step | frozen ms/step | mtp overhead | "
+        "frozen overhead | frozen/mtp overhead | mtp draft ms | frozen draft ms | "
+        + " | ".join(f"modelled x @AL {a}" for a in acceptance_lengths)
+        + " |",
+        "|" + "---|" * (11 + len(acceptance_lengths)),
+    ]
+    key = {
+        (r["model"], r["runner"], r["method"], r["concurrency"]): r for r in rows if r["step_ms"]
+    }
+    combos = sorted({(r["model"], r["runner"], r["concurrency"]) for r in rows if r["step_ms"]})
+    for model, runner, c in combos:
+        get = {m: key.get((model, runner, m, c)) for m in METHODS}
+        if not get["none"]:
+            continue
+        none = get["none"]["step_ms"]
+        cells = [model, runner, str(c), f"{none:.2f}"]
+        over = {}
+        for m in ("mtp", "frozen_kv_mtp"):
+            r = get[m]
+            cells.append(f"{r['step_ms']:.2f}" if r else "-")
+            over[m] = r["step_ms"] - none if r else None
+        for m in ("mtp", "frozen_kv_mtp"):
+            cells.append("-" if over[m] is None else f"{over[m]:+.2f}")
+        ratio = (
+            f"{over['frozen_kv_mtp'] / over['mtp']:.2f}"
+            if over["mtp"] and over["frozen_kv_mtp"] is not None and over["mtp"] > 0
+            else "-"
+        )
+        cells.append(ratio)
+        for m in ("mtp", "frozen_kv_mtp"):
+            d = get[m]["draft_round_ms"] if get[m] else None
+            cells.append("-" if d is None else f"{d:.2f}")
+        fr = get["frozen_kv_mtp"]
+        for a in acceptance_lengths:
+            cells.append(f"{a * none / fr['step_ms']:.2f}" if fr else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    ttft = [r for r in rows if r["ttft_ms"] is not None]
+    if ttft:
+        out += [
+            "",
+            "| model | runner | prompt | none TTFT ms | mtp TTFT ms | frozen TTFT ms | "
+            "frozen - mtp ms |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        tk = {(r["model"], r["runner"], r["method"], r["prompt_len"]): r["ttft_ms"] for r in ttft}
+        for model, runner, n in sorted({(r["model"], r["runner"], r["prompt_len"]) for r in ttft}):
+            v = {m: tk.get((model, runner, m, n)) for m in METHODS}
+            diff = (
+                f"{v['frozen_kv_mtp'] - v['mtp']:+.2f}"
+                if v["frozen_kv_mtp"] is not None and v["mtp"] is not None
+                else "-"
+            )
+            cells = (
+                [model, runner, str(n)]
+                + ["-" if v[m] is None else f"{v[m]:.2f}" for m in METHODS]
+                + [diff]
+            )
+            out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "all"):
+        p = sub.add_parser(name)
+        if name == "run":
+            p.add_argument("--model", default="E4B")
+            p.add_argument("--method", choices=METHODS, required=True)
+        else:
+            p.add_argument("--models", default="E4B")
+            p.add_argument("--methods", default=",".join(METHODS))
+        p.add_argument("--k", type=int, default=3)
+        p.add_argument("--tp", type=int, default=1)
+        p.add_argument("--concurrency", default="1,8,32,128")
+        p.add_argument("--prompt-len", type=int, default=128)
+        p.add_argument("--tokens", type=int, default=128)
+        p.add_argument("--ttft", default="1024,8192", help="prompt lengths for TTFT (c=1)")
+        p.add_argument("--ttft-repeats", type=int, default=5)
+        p.add_argument(
+            "--mode",
+            choices=["default", "graphs"],
+            default="default",
+            help="default: torch.compile + CUDA graphs; graphs: CUDA graphs only",
+        )
+        p.add_argument("--mem", type=float, default=0.85)
+        p.add_argument("--shapes", default="models/shapes")
+        p.add_argument("--out", default="bench/results/h200.jsonl")
+    rp = sub.add_parser("report")
+    rp.add_argument("jsonl")
+    rp.add_argument("--json", help="write the rows as a JSON list here")
+    args = ap.parse_args()
+
+    if args.cmd == "run":
+        rows = run_one(args)
+        with open(args.out, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    elif args.cmd == "all":
+        for model in args.models.split(","):
+            for method in args.methods.split(","):
+                cmd = [sys.executable, __file__, "run", "--model", model, "--method", method]
+                for flag in (
+                    "k",
+                    "tp",
+                    "concurrency",
+                    "prompt_len",
+                    "tokens",
+                    "ttft",
+                    "ttft_repeats",
+                    "mode",
+                    "mem",
+                    "shapes",
+                    "out",
+                ):
+                    cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+                print("+", " ".join(cmd), flush=True)
+                subprocess.run(cmd, check=False)
+    else:
+        rows = [json.loads(line) for line in open(args.jsonl) if line.strip()]
+        print(report(rows))
+        if args.json:
+            slim = [
+                {k: r.get(k) for k in FIELDS} | {"k": r.get("k"), "mode": r.get("mode")}
+                for r in rows
+            ]
+            Path(args.json).write_text(json.dumps(slim, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""frozen_kv_mtp on CUDA: both runners, async scheduling and CUDA graphs on.
+
+Skipped without CUDA. Run on the H200 (see BENCHMARKS.md for the command):
+greedy output equals no speculation, an all-accepting pair accepts every draft,
+the drafter leaves the target KV unchanged, and a draft round makes no host sync.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import pair
+from tests.helpers import PROMPTS, engine, engine_core, outputs, spec_metrics
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+#: CUDA graphs (FULL for uniform decode batches) without torch.compile: compile
+#: adds minutes per engine and does not change what these tests check.
+GRAPHS = {"compilation_config": {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"}}
+
+
+def _drafter(llm: Any) -> Any:
+    runner = engine_core(llm).model_executor.driver_worker.worker.model_runner
+    return getattr(runner, "speculator", None) or getattr(runner, "drafter", None)
+
+
+def _params() -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_tokens=48)
+
+
+@pytest.fixture
+def runner() -> str:
+    """The runner under test, from VLLM_USE_V2_MODEL_RUNNER (vLLM caches its env
+    vars, so run the suite once per runner: =0 for V1, =1 for Model Runner V2)."""
+    return "v1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "v2"
+
+
+@pytest.mark.parametrize("variant", ["fp32", "fp32-oracle"])
+def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
+    target, assistant = pair(variant)
+    kw = dict(GRAPHS, enforce_eager=False, gpu_memory_utilization=0.2)
+    with engine(target, **kw) as llm:
+        expected = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": 3,
+        "kv_guard": True,  # every round checksums the target KV and fails on a change
+    }
+    with engine(target, spec, **kw) as llm:
+        cfg = llm.llm_engine.vllm_config
+        assert cfg.scheduler_config.async_scheduling, "async scheduling must be on"
+        assert cfg.use_v2_model_runner == (runner == "v2")
+        d = _drafter(llm)
+        expected_cls = "FrozenKVMTPSpeculator" if runner == "v2" else "FrozenKVMTPProposer"
+        assert type(d).__name__ == expected_cls
+        got = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
+        single = [outputs(llm.generate([p], _params(), use_tqdm=False))[0] for p in PROMPTS[:4]]
+        m = spec_metrics(llm)
+        assert d.frozen_stats.rounds > 0
+    assert got == expected
+    assert single == expected[:4]
+    assert m["num_drafts"] > 0
+    if variant == "fp32-oracle":
+        assert m["num_accepted_tokens"] == m["num_draft_tokens"]
+
+
+def test_v2_kv_checksum_sees_the_cache_and_rounds_leave_it(runner: str) -> None:
+    if runner != "v2":
+        pytest.skip("V1 is covered on CPU by tests/e2e/test_kv_readonly.py")
+    target, assistant = pair("fp32")
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 3}
+    with engine(target, spec, enforce_eager=True, gpu_memory_utilization=0.2) as llm:
+        d = _drafter(llm)
+        original = d.propose
+        sums: list[tuple[str, str]] = []
+
+        def propose(*args: Any, **kwargs: Any) -> Any:
+            torch.cuda.synchronize()
+            before = d._kv_checksum()
+            out = original(*args, **kwargs)
+            torch.cuda.synchronize()
+            sums.append((before, d._kv_checksum()))
+            return out
+
+        d.propose = propose
+        llm.generate(PROMPTS, _params(), use_tqdm=False)
+    assert len(sums) > 5 and all(b == a for b, a in sums)
+    assert len({b for b, _ in sums}) > 1  # the checksum does see target writes
+
+
+@pytest.mark.parametrize("method", ["frozen_kv_mtp", "mtp"])
+def test_draft_round_makes_no_host_sync(runner: str, method: str) -> None:
+    """Count synchronizing CUDA calls inside each draft round (torch sync debug mode)."""
+    target, assistant = pair("fp32")
+    spec = {"method": method, "model": assistant, "num_speculative_tokens": 3}
+    with engine(target, spec, enforce_eager=False, gpu_memory_utilization=0.2, **GRAPHS) as llm:
+        d = _drafter(llm)
+        original = d.propose
+        caught: list[str] = []
+
+        def propose(*args: Any, **kwargs: Any) -> Any:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+                    caught.extend(str(x.message) for x in w if "synchroniz" in str(x.message))
+
+        d.propose = propose
+        llm.generate(PROMPTS, _params(), use_tqdm=False)
+    print(f"{runner} {method}: {len(caught)} synchronizing calls in draft rounds")
+    if method == "frozen_kv_mtp":
+        assert caught == [], caught[:3]
