@@ -192,8 +192,8 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
             need_eager=is_profile,
             dp_sync_state=batch_sync,
         )
-        assert self.decode_cudagraph_manager is not None
-        batch_desc = self.decode_cudagraph_manager.specialize_spec_tokens(batch_desc, k)
+        if self.decode_cudagraph_manager is not None:  # None while memory is profiled
+            batch_desc = self.decode_cudagraph_manager.specialize_spec_tokens(batch_desc, k)
         tokens_across_dp = batch_sync.num_tokens_across_dp if batch_sync is not None else None
 
         before = self._kv_checksum() if self.frozen_options.kv_guard else None

@@ -24,6 +24,8 @@ pytestmark = [
 
 #: CUDA graphs (FULL for uniform decode batches) without torch.compile: compile
 #: adds minutes per engine and does not change what these tests check.
+#: a small KV cache keeps the per-round KV checksums (kv_guard) cheap
+KV_BYTES = 64 * 1024 * 1024
 GRAPHS = {"compilation_config": {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"}}
 
 
@@ -45,10 +47,11 @@ def runner() -> str:
     return "v1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "v2"
 
 
-@pytest.mark.parametrize("variant", ["fp32", "fp32-oracle"])
+@pytest.mark.parametrize("variant", ["fp32-oracle"])
 def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
+    """Clear logit margins (see test_random_weights_match_upstream for why)."""
     target, assistant = pair(variant)
-    kw = dict(GRAPHS, enforce_eager=False, gpu_memory_utilization=0.2)
+    kw = dict(GRAPHS, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES)
     with engine(target, **kw) as llm:
         expected = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
     spec = {
@@ -80,7 +83,7 @@ def test_v2_kv_checksum_sees_the_cache_and_rounds_leave_it(runner: str) -> None:
         pytest.skip("V1 is covered on CPU by tests/e2e/test_kv_readonly.py")
     target, assistant = pair("fp32")
     spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 3}
-    with engine(target, spec, enforce_eager=True, gpu_memory_utilization=0.2) as llm:
+    with engine(target, spec, enforce_eager=True, kv_cache_memory_bytes=KV_BYTES) as llm:
         d = _drafter(llm)
         original = d.propose
         sums: list[tuple[str, str]] = []
@@ -104,7 +107,7 @@ def test_draft_round_makes_no_host_sync(runner: str, method: str) -> None:
     """Count synchronizing CUDA calls inside each draft round (torch sync debug mode)."""
     target, assistant = pair("fp32")
     spec = {"method": method, "model": assistant, "num_speculative_tokens": 3}
-    with engine(target, spec, enforce_eager=False, gpu_memory_utilization=0.2, **GRAPHS) as llm:
+    with engine(target, spec, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES, **GRAPHS) as llm:
         d = _drafter(llm)
         original = d.propose
         caught: list[str] = []
@@ -117,10 +120,29 @@ def test_draft_round_makes_no_host_sync(runner: str, method: str) -> None:
                     return original(*args, **kwargs)
                 finally:
                     torch.cuda.set_sync_debug_mode("default")
-                    caught.extend(str(x.message) for x in w if "synchroniz" in str(x.message))
+                    caught.extend(
+                        str(x.message)
+                        for x in w
+                        if "synchroniz" in str(x.message) and "prototype" not in str(x.message)
+                    )
 
         d.propose = propose
         llm.generate(PROMPTS, _params(), use_tqdm=False)
     print(f"{runner} {method}: {len(caught)} synchronizing calls in draft rounds")
     if method == "frozen_kv_mtp":
         assert caught == [], caught[:3]
+
+
+def test_random_weights_match_upstream_mtp(runner: str) -> None:
+    """Random fp32 weights have near-uniform logits, so on GPU the multi-token verify
+    pass can flip a near-tie against one-token decoding (seen on the H200 for 1 of 18
+    prompts, identically for upstream mtp). What must hold: frozen_kv_mtp's output is
+    exactly upstream mtp's, since both verify the same drafts."""
+    target, assistant = pair("fp32")
+    kw = dict(GRAPHS, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES)
+    res = {}
+    for method in ("mtp", "frozen_kv_mtp"):
+        spec = {"method": method, "model": assistant, "num_speculative_tokens": 3}
+        with engine(target, spec, **kw) as llm:
+            res[method] = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
+    assert res["frozen_kv_mtp"] == res["mtp"]
