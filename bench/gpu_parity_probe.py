@@ -14,8 +14,11 @@ if __name__ == "__main__":
     from vllm import SamplingParams
 
     t, a = "models/tiny-gemma4-fp32", "models/tiny-gemma4-fp32-assistant"
-    kw = dict(enforce_eager=False, kv_cache_memory_bytes=64 << 20,
-              compilation_config={"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"})
+    kw = dict(
+        enforce_eager=False,
+        kv_cache_memory_bytes=64 << 20,
+        compilation_config={"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"},
+    )
     sp = SamplingParams(temperature=0.0, max_tokens=48)
     res = {}
     for m in ("none", "mtp", "frozen_kv_mtp"):
@@ -23,7 +26,9 @@ if __name__ == "__main__":
         with engine(t, spec, **kw) as llm:
             res[m] = outputs(llm.generate(PROMPTS, sp, use_tqdm=False))
     for m in ("mtp", "frozen_kv_mtp"):
-        diff = [i for i, (x, y) in enumerate(zip(res[m], res["none"])) if x != y]
+        diff = [i for i, (x, y) in enumerate(zip(res[m], res["none"], strict=True)) if x != y]
         print("PROBE", m, "differs from none at prompts", diff)
-    same = [i for i, (x, y) in enumerate(zip(res["mtp"], res["frozen_kv_mtp"])) if x != y]
+    same = [
+        i for i, (x, y) in enumerate(zip(res["mtp"], res["frozen_kv_mtp"], strict=True)) if x != y
+    ]
     print("PROBE mtp vs frozen differ at", same)

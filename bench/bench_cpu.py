@@ -1,0 +1,222 @@
+"""CPU benchmark: no speculation vs upstream `mtp` vs `frozen_kv_mtp`, one run, same pair.
+
+    python bench/bench_cpu.py --out bench/results/cpu.json          # (= make bench-cpu)
+
+Each method runs in its own subprocess (a fresh in-process engine), on the same
+prompts, greedy. Per batch mode (1: one request at a time; 8: all prompts batched,
+8 running at once) it reports tokens/s (median of --repeats timed runs after a
+warm-up), vLLM's own acceptance counters (mean acceptance length = 1 +
+accepted/drafts, per-position acceptance), the drafter's first-pass rows per
+request, rows per draft round, and the median wall time of a draft round.
+Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+METHODS = ("none", "mtp", "frozen_kv_mtp")
+
+PROMPTS = [
+    "def forward(self, hidden_states):\n",
+    "class Attention(nn.Module):\n    def __init__(self, config):\n",
+    "import os\nimport sys\n\n\ndef main():\n",
+    "    for i in range(len(items)):\n",
+    "        if self.training:\n",
+    "def __repr__(self):\n        return ",
+    "    @property\n    def name(self):\n",
+    "        raise ValueError(",
+    "    def __init__(self, *args, **kwargs):\n        super().__init__(",
+    "    return self._cache[key]\n\n\ndef ",
+    "with open(path) as f:\n    ",
+    "try:\n    import numpy as np\nexcept ImportError:\n",
+    "        self.assertEqual(",
+    "    def test_",
+    "        result = []\n        for ",
+    'if __name__ == "__main__":\n',
+]
+
+
+def resolve_pair(pair: str, models: str) -> tuple[str, str]:
+    if pair == "trained":
+        from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
+
+        t, a = trained_pair_paths()
+    else:
+        from vllm_frozen_kv_mtp.fixtures.build import ensure_pair
+
+        t, a = ensure_pair(pair, models)
+    return str(t), str(a)
+
+
+def run_method(args: argparse.Namespace) -> dict[str, Any]:
+    """Child process: one engine, one method; prints a JSON line."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from vllm import LLM, SamplingParams
+
+    from vllm_frozen_kv_mtp.instrument import (
+        DrafterProbe,
+        acceptance,
+        diff_metrics,
+        drafter,
+        spec_metrics,
+    )
+
+    target, assistant = resolve_pair(args.pair, args.models)
+    spec = None
+    if args.method != "none":
+        spec = {"method": args.method, "model": assistant, "num_speculative_tokens": args.k}
+    dtype = "bfloat16" if "bf16" in target else "float32"
+    llm = LLM(
+        target,
+        dtype=dtype,
+        max_model_len=1024,
+        max_num_seqs=8,
+        enforce_eager=True,
+        gpu_memory_utilization=args.mem,
+        disable_log_stats=False,
+        seed=0,
+        speculative_config=spec,
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    probe = DrafterProbe().attach(drafter(llm)) if spec else None
+    result: dict[str, Any] = {"method": args.method, "k": args.k if spec else 0, "runs": []}
+    for batch in (int(b) for b in args.batches.split(",")):
+
+        def generate(batch: int = batch) -> tuple[list[list[int]], int]:
+            if batch == 1:
+                outs = [llm.generate([p], params, use_tqdm=False)[0] for p in PROMPTS]
+            else:
+                outs = llm.generate(PROMPTS, params, use_tqdm=False)
+            ids = [list(o.outputs[0].token_ids) for o in outs]
+            return ids, sum(len(i) for i in ids)
+
+        if probe:
+            probe.enabled = False
+        generate()  # warm-up
+        if probe:
+            probe.__init__()  # reset counters, keep the wrapped methods
+            probe.enabled = True
+        before = spec_metrics(llm)
+        rates, ids = [], []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            ids, n = generate()
+            rates.append(n / (time.perf_counter() - t))
+        run = {
+            "batch": batch,
+            "tokens_per_s": round(statistics.median(rates), 1),
+            "tokens_per_s_runs": [round(r, 1) for r in rates],
+            "token_ids": ids,
+        }
+        if spec:
+            run.update(acceptance(diff_metrics(before, spec_metrics(llm))))
+            assert probe is not None
+            run.update(probe.summary())
+        result["runs"].append(run)
+    return result
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| method | batch | tokens/s | speedup vs none | mean acceptance length | drafts | "
+        "accepted | per-position acceptance | first-pass rows/request | drafter rows/round | "
+        "draft ms/round | output == none |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    base = {r["batch"]: r for r in next(x for x in results if x["method"] == "none")["runs"]}
+    for res in results:
+        for r in res["runs"]:
+            b = base[r["batch"]]
+            cells = [
+                res["method"],
+                r["batch"],
+                r["tokens_per_s"],
+                f"{r['tokens_per_s'] / b['tokens_per_s']:.2f}x",
+                r.get("mean_acceptance_length", "-"),
+                r.get("drafts", "-"),
+                r.get("accepted_tokens", "-"),
+                " / ".join(f"{p:.2f}" for p in r.get("per_position_acceptance", [])) or "-",
+                r.get("first_pass_rows_per_request", "-"),
+                r.get("drafter_rows_per_round", "-"),
+                r.get("draft_ms_per_round", "-"),
+                "yes" if r["token_ids"] == b["token_ids"] else "NO",
+            ]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument(
+        "--pair",
+        default="trained",
+        help="'trained' (committed pair) or a fixture variant (fp32, fp32-oracle, ...)",
+    )
+    ap.add_argument("--models", default="models", help="where fixture variants are built")
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--mem", type=float, default=0.2)
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--out", default="bench/results/cpu.json")
+    ap.add_argument("--method", help=argparse.SUPPRESS)  # child-process mode
+    args = ap.parse_args()
+    if args.method:
+        print("RESULT " + json.dumps(run_method(args)), flush=True)
+        return
+    results = []
+    for method in args.methods.split(","):
+        cmd = [sys.executable, __file__, "--method", method] + [
+            a for a in sys.argv[1:] if a != "--method"
+        ]
+        print(f"[bench-cpu] {method} ...", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if proc.returncode != 0 or line is None:
+            sys.stderr.write(proc.stderr[-4000:])
+            raise SystemExit(f"bench-cpu: {method} failed (exit {proc.returncode})")
+        results.append(json.loads(line.removeprefix("RESULT ")))
+    meta = {
+        "pair": args.pair,
+        "k": args.k,
+        "max_tokens": args.max_tokens,
+        "prompts": len(PROMPTS),
+        "repeats": args.repeats,
+        "command": "python bench/bench_cpu.py " + " ".join(sys.argv[1:]),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    slim = [
+        {
+            **r,
+            "runs": [
+                {k: v for k, v in run.items() if k != "token_ids"}
+                | {
+                    "output_equals_none": run["token_ids"]
+                    == next(b for b in results[0]["runs"] if b["batch"] == run["batch"])[
+                        "token_ids"
+                    ]
+                }
+                for run in r["runs"]
+            ],
+        }
+        for r in results
+    ]
+    Path(args.out).write_text(json.dumps({"meta": meta, "results": slim}, indent=1) + "\n")
+    print(json.dumps({"meta": meta, "results": slim}))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Demo: frozen_kv_mtp next to no speculation on a tiny Gemma 4 pair, on CPU.
+
+    python -m vllm_frozen_kv_mtp.demo                 # the committed trained pair
+    python -m vllm_frozen_kv_mtp.demo --pair fp32     # a random-weight fixture (acceptance ~0)
+
+Runs the same greedy prompts twice through vLLM's real engine (in-process), once
+without speculation and once with ``{"method": "frozen_kv_mtp", ...}``, and prints
+the text, whether the outputs are token-identical, vLLM's acceptance metrics and
+tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import time
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+PROMPTS = [
+    "def forward(self, hidden_states):\n",
+    "class Attention(nn.Module):\n    def __init__(self, config):\n",
+    "import os\nimport sys\n\n\ndef main():\n",
+    "    for i in range(len(items)):\n",
+    "        if self.training:\n",
+    "    @property\n    def name(self):\n",
+    "with open(path) as f:\n    ",
+    'if __name__ == "__main__":\n',
+]
+
+
+def _pair(name: str, models: str) -> tuple[str, str]:
+    if name == "trained":
+        try:
+            from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
+        except ImportError:
+            print("[demo] no trained pair in this checkout; using the oracle fixture")
+            name = "fp32-oracle"
+        else:
+            t, a = trained_pair_paths()
+            return str(t), str(a)
+    from vllm_frozen_kv_mtp.fixtures.build import ensure_pair
+
+    print(f"[demo] building/reusing fixture {name!r} under {models}/")
+    t, a = ensure_pair(name, models)
+    return str(t), str(a)
+
+
+def _run(target: str, spec: dict[str, Any] | None, max_tokens: int) -> dict[str, Any]:
+    from vllm import LLM, SamplingParams
+
+    from vllm_frozen_kv_mtp.instrument import acceptance, spec_metrics
+
+    label = spec["method"] if spec else "no speculation"
+    print(f"[demo] starting engine ({label}) ...", flush=True)
+    dtype = "bfloat16" if "bf16" in target else "float32"
+    llm = LLM(
+        target,
+        dtype=dtype,
+        max_model_len=1024,
+        max_num_seqs=8,
+        enforce_eager=True,
+        gpu_memory_utilization=0.2,
+        disable_log_stats=False,
+        seed=0,
+        speculative_config=spec,
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    llm.generate(PROMPTS[:2], params, use_tqdm=False)  # warm-up
+    t = time.perf_counter()
+    outs = llm.generate(PROMPTS, params, use_tqdm=False)
+    seconds = time.perf_counter() - t
+    n = sum(len(o.outputs[0].token_ids) for o in outs)
+    result = {
+        "label": label,
+        "ids": [list(o.outputs[0].token_ids) for o in outs],
+        "text": [o.outputs[0].text for o in outs],
+        "tokens_per_s": n / seconds,
+        "metrics": acceptance(spec_metrics(llm)) if spec else None,
+    }
+    del llm
+    gc.collect()
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--pair", default="trained", help="'trained' or a fixture variant name")
+    p.add_argument("--models", default="models", help="where fixture variants are built")
+    p.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
+    p.add_argument("--max-tokens", type=int, default=64)
+    args = p.parse_args(argv)
+
+    target, assistant = _pair(args.pair, args.models)
+    print(f"[demo] target {target}\n[demo] assistant {assistant}")
+    base = _run(target, None, args.max_tokens)
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": args.k}
+    fast = _run(target, spec, args.max_tokens)
+
+    print("\n=== sample output (frozen_kv_mtp) ===")
+    for prompt, text in list(zip(PROMPTS, fast["text"], strict=True))[:3]:
+        print(f"--- prompt: {prompt!r}\n{prompt}{text}")
+    m = fast["metrics"]
+    same = base["ids"] == fast["ids"]
+    print("\n=== result ===")
+    print(f"greedy output identical to no speculation: {'yes' if same else 'NO'}")
+    print(
+        f"drafts: {m['drafts']}, draft tokens: {m['draft_tokens']}, "
+        f"accepted: {m['accepted_tokens']}"
+    )
+    print(f"mean acceptance length (tokens per target step): {m['mean_acceptance_length']}")
+    print(
+        "per-position acceptance: " + " / ".join(f"{x:.2f}" for x in m["per_position_acceptance"])
+    )
+    print(
+        f"tokens/s: no speculation {base['tokens_per_s']:.1f}, frozen_kv_mtp "
+        f"{fast['tokens_per_s']:.1f} ({fast['tokens_per_s'] / base['tokens_per_s']:.2f}x)"
+    )
+    if not same:
+        raise SystemExit("demo: outputs differ from no speculation")
+
+
+if __name__ == "__main__":
+    main()
