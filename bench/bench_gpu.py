@@ -255,7 +255,8 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
         )
         cells.append(ratio)
         for m in ("mtp", "frozen_kv_mtp"):
-            d = get[m]["draft_round_ms"] if get[m] else None
+            row = get[m]
+            d = row["draft_round_ms"] if row else None
             cells.append("-" if d is None else f"{d:.2f}")
         fr = get["frozen_kv_mtp"]
         for a in acceptance_lengths:

@@ -165,7 +165,7 @@ def validate_pair(target_hf_config: Any, assistant_hf_config: Any, assistant: st
         raise FrozenKVMTPConfigError(
             f"{assistant!r} is a {a_type!r} checkpoint, not a Gemma 4 assistant "
             f"(model_type 'gemma4_assistant').{extra}",
-            "set \"model\" to the target's MTP assistant, e.g. "
+            'set "model" to the target\'s MTP assistant, e.g. '
             "'google/gemma-4-31B-it-assistant' for google/gemma-4-31B-it.",
         )
     ttc = text_config(target_hf_config)
@@ -268,8 +268,8 @@ def translate_speculative_config(
     if not model:
         target = getattr(target_model_config, "model", "<target>")
         raise FrozenKVMTPConfigError(
-            "the speculative config has no assistant \"model\".",
-            f"add \"model\": \"<the target's assistant>\", e.g. \"{target}-assistant\" "
+            'the speculative config has no assistant "model".',
+            f'add "model": "<the target\'s assistant>", e.g. "{target}-assistant" '
             "(Gemma 4 assistants are published as google/gemma-4-<size>-it-assistant).",
         )
     pp = getattr(target_parallel_config, "pipeline_parallel_size", 1)

@@ -100,6 +100,11 @@ class DrafterProbe:
         d.propose, d.model.forward = timed_propose, counting_forward
         return self
 
+    def reset(self) -> None:
+        """Zero the counters; the wrapped methods stay in place."""
+        self.rounds = self.requests = self.seed_rows = self.rows = 0
+        self.round_seconds = []
+
     def summary(self) -> dict[str, Any]:
         if not self.rounds:
             return {"rounds": 0}

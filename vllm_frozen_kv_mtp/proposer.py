@@ -71,7 +71,7 @@ class FrozenKVMTPProposer(Gemma4Proposer):
     def _setup_centroids_cuda_graphs(self) -> None:
         if self.device.type != "cuda":
             # Upstream always captures torch.cuda graphs here, which crashes off CUDA.
-            self._centroids_sizes = []
+            self._centroids_sizes: list[int] = []
             return
         super()._setup_centroids_cuda_graphs()
 

@@ -80,7 +80,9 @@ def test_chunked_prefill_and_prefix_caching() -> None:
     target, assistant = pair(variant)
     shared = "class Attention(nn.Module):\n    def forward(self, x):\n" * 4
     prompts = [shared + tail for tail in ("return x", "x = x + 1", "pass", "y = x")] + PROMPTS[:6]
-    kwargs = dict(enable_chunked_prefill=True, max_num_batched_tokens=64, enable_prefix_caching=True)
+    kwargs = dict(
+        enable_chunked_prefill=True, max_num_batched_tokens=64, enable_prefix_caching=True
+    )
 
     def run(llm: Any) -> list[Any]:
         first = outputs(llm.generate(prompts, _params(), use_tqdm=False))

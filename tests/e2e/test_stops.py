@@ -42,11 +42,17 @@ def _cases(base: list[tuple[Any, ...]]) -> list[tuple[str, Any]]:
         mid, late = text[5:8], text[9:12]
         for include in (False, True):
             cases.append(
-                (prompt, SamplingParams(temperature=0, max_tokens=40, stop=[mid],
-                                        include_stop_str_in_output=include))
+                (
+                    prompt,
+                    SamplingParams(
+                        temperature=0, max_tokens=40, stop=[mid], include_stop_str_in_output=include
+                    ),
+                )
             )
         cases.append((prompt, SamplingParams(temperature=0, max_tokens=40, stop=[late, mid])))
-        cases.append((prompt, SamplingParams(temperature=0, max_tokens=40, stop_token_ids=[ids[6]])))
+        cases.append(
+            (prompt, SamplingParams(temperature=0, max_tokens=40, stop_token_ids=[ids[6]]))
+        )
     for n in (1, 2, 3, 5, 6, 7, 9, 10):
         for prompt in PROMPTS[:4]:
             cases.append((prompt, SamplingParams(temperature=0, max_tokens=n)))

@@ -46,7 +46,10 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
     assert cfg.speculative_config.method == "mtp"
     assert cfg.speculative_config.use_gemma4_mtp()
     assert cfg.speculative_config.num_speculative_tokens == 3
-    assert cfg.additional_config["frozen_kv_mtp"] == {"kv_guard": False, "num_speculative_tokens": 3}
+    assert cfg.additional_config["frozen_kv_mtp"] == {
+        "kv_guard": False,
+        "num_speculative_tokens": 3,
+    }
 
 
 def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
@@ -80,7 +83,9 @@ def test_other_methods_untouched(fp32: tuple[str, str]) -> None:
 
 def test_missing_model(fp32: tuple[str, str]) -> None:
     target, _ = fp32
-    _refused(target, {"method": "frozen_kv_mtp", "num_speculative_tokens": 2}, '"model"', "-assistant")
+    _refused(
+        target, {"method": "frozen_kv_mtp", "num_speculative_tokens": 2}, '"model"', "-assistant"
+    )
 
 
 def test_model_is_not_an_assistant(fp32: tuple[str, str]) -> None:
@@ -110,8 +115,13 @@ def llama_target(tmp_path_factory: pytest.TempPathFactory) -> str:
 
     d = tmp_path_factory.mktemp("llama")
     cfg = LlamaConfig(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
     )
     LlamaForCausalLM(cfg).save_pretrained(d)
     build_tokenizer().save_pretrained(d)
@@ -175,9 +185,7 @@ def test_kv_shape_mismatch(
 ) -> None:
     target, assistant = fp32
     bad = _edited_assistant(assistant, tmp_path / "a", edit)
-    _refused(
-        target, {"method": "frozen_kv_mtp", "model": bad, "num_speculative_tokens": 2}, needle
-    )
+    _refused(target, {"method": "frozen_kv_mtp", "model": bad, "num_speculative_tokens": 2}, needle)
 
 
 def test_pipeline_parallel_refused(fp32: tuple[str, str]) -> None:

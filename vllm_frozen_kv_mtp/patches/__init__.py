@@ -87,9 +87,7 @@ def _patch_create_speculative_config(mod: ModuleType) -> None:
     def create_speculative_config(
         self: Any, target_model_config: Any, target_parallel_config: Any
     ) -> Any:
-        translated = translate_speculative_config(
-            self, target_model_config, target_parallel_config
-        )
+        translated = translate_speculative_config(self, target_model_config, target_parallel_config)
         result = original(self, target_model_config, target_parallel_config)
         if translated is not None:
             translated.check_result(result)
