@@ -36,6 +36,7 @@ from vllm_frozen_kv_mtp.kv_readonly import (
     check_readonly_wiring,
     copy_target_kv_scales,
 )
+from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
@@ -49,6 +50,7 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         assert options is not None
         self.frozen_options: FrozenKVOptions = options
         self.frozen_stats = DraftStats()
+        enable_frozen_runtime_fixes()
         self._no_write_slots = torch.full(
             (self.max_batch_size,), PADDING_SLOT_ID, dtype=torch.int64, device=device
         )

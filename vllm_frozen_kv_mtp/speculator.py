@@ -27,6 +27,7 @@ from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
 from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
+from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
@@ -40,6 +41,7 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         assert options is not None
         self.frozen_options: FrozenKVOptions = options
         self.frozen_stats = DraftStats()
+        enable_frozen_runtime_fixes()
         self._kv_caches: list[torch.Tensor] = []
         logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
 

