@@ -13,6 +13,8 @@ ENGINE_DEFAULTS: dict[str, Any] = dict(
     max_num_seqs=8,
     enforce_eager=True,
     gpu_memory_utilization=float(os.environ.get("FROZEN_KV_MTP_TEST_MEM", "0.2")),
+    # A small, fixed KV cache: fast start-up, little RAM, cheap KV checksums.
+    kv_cache_memory_bytes=int(os.environ.get("FROZEN_KV_MTP_TEST_KV_BYTES", 128 << 20)),
     disable_log_stats=False,
     seed=0,
 )
