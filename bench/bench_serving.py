@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -47,10 +49,13 @@ def run_one(
         load.run(srv.url, load.plan(8, target, seed=99, abort_fraction=0), concurrency=8)
         client.wait_idle(srv.url)
         before = client.scrape_metrics(srv.url)
+        load_before = os.getloadavg()[0]
         results, wall = load.run(srv.url, reqs, concurrency=args.concurrency, timeout_s=1800)
         idle = client.wait_idle(srv.url, timeout=120)
         summary = load.summarize(results, wall, before, idle)
         summary["startup_s"] = round(startup, 1)
+        # the machine may be shared: the 1-minute load average around the measured load
+        summary["loadavg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         summary["kv_cache_usage_after"] = idle.sum("vllm:kv_cache_usage_perc")
     finally:
         leftovers = srv.stop()
@@ -69,10 +74,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
+    # SIGTERM -> SystemExit, so the `finally` in run_one stops the server it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     doc: dict[str, Any] = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        "command": " ".join([_rel(sys.executable), *sys.argv]),
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+        },
         "load": {k: getattr(args, k) for k in ("requests", "concurrency", "abort_fraction", "k")},
         "runs": [],
     }
@@ -99,6 +110,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
     return doc
+
+
+def _rel(path: str) -> str:
+    """``path`` relative to the repository when it lies inside it (e.g. .venv/bin/python)."""
+    try:
+        return str(Path(path).relative_to(REPO))
+    except ValueError:
+        return path
 
 
 def table(runs: list[dict[str, Any]]) -> str:

@@ -29,6 +29,7 @@ class Completion:
     aborted: bool = False
     error: str | None = None
     latency_s: float = 0.0
+    #: time to the first streamed token (streams only)
     ttft_s: float | None = None
     chunks: int = 0
 
@@ -104,7 +105,6 @@ async def request(
                 out.text = _choice_text(choice, chat, stream=False)
                 out.token_ids = list(choice.get("token_ids") or [])
                 out.finish_reason = choice.get("finish_reason")
-                out.ttft_s = time.perf_counter() - t0
             else:
                 await _read_stream(resp, out, chat, t0, abort_after_chunks)
 

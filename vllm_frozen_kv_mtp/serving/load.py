@@ -112,7 +112,11 @@ def summarize(
     before: client.Metrics | None = None,
     after: client.Metrics | None = None,
 ) -> dict[str, Any]:
-    """Counts, latency percentiles, throughput and (from /metrics deltas) acceptance."""
+    """Counts, latency percentiles, throughput and (from /metrics deltas) acceptance.
+
+    Latency and throughput count completed requests only (aborted ones are excluded);
+    TTFT comes from the completed streams.
+    """
     done = [r for r in results if r.ok]
     lat = sorted(r.latency_s for r in done)
     ttft = sorted(r.ttft_s for r in done if r.ttft_s is not None)
