@@ -50,11 +50,11 @@ test: install
 test-fast: install
 	$(PY) -m pytest tests/unit -q
 
-# Ray Serve LLM: ray[serve] from the extra, plus pyarrow, which ray.serve.llm imports but
-# ray[serve] does not pull (ray[llm] would, but it pins an older vLLM than we support).
+# Ray Serve LLM: the `ray` extra (ray[serve] + pyarrow, which ray.serve.llm imports but
+# ray[serve] does not pull; ray[llm] would, but it pins an older vLLM than we support).
 RAY_STAMP := $(VENV)/.frozen-kv-mtp-ray-installed
 $(RAY_STAMP): $(STAMP) setup.py
-	$(PIP) install -q -e '.[ray]' pyarrow $(PIP_QUIET)
+	$(PIP) install -q -e '.[ray]' $(PIP_QUIET)
 	$(PY) -c "import ray, ray.serve.llm; print('ray', ray.__version__)" 2>&1 | tail -1
 	touch $(RAY_STAMP)
 

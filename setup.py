@@ -24,7 +24,7 @@ setup(
         # CUDA engine: the window our tests and benchmarks ran on.
         "gpu": ["vllm>=0.32.0,<0.34"],
         "test": ["pytest>=8", "requests", "safetensors", "scipy", "ruff", "mypy"],
-        "ray": ["ray[serve]>=2.40"],
+        "ray": ["ray[serve]>=2.40", "pyarrow"],
     },
     entry_points={
         "vllm.general_plugins": ["frozen_kv_mtp = vllm_frozen_kv_mtp:register"],

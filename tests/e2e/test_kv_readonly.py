@@ -63,14 +63,12 @@ def test_drafter_layers_share_owner_layers_and_own_no_kv() -> None:
         wiring = {
             n: layers[n].kv_sharing_target_layer_name for n in sorted(d._draft_attn_layer_names)
         }
-        kv_tensors = model_runner(llm).kv_caches
-        d_ptrs = {
-            model_runner(llm).kv_caches[i].data_ptr()
-            for i, name in enumerate(sorted(layers))
-            if name in d._draft_attn_layer_names
-        }
-        assert d_ptrs  # the draft layers alias target tensors...
-        assert len({t.data_ptr() for t in kv_tensors}) == 4  # ...only 4 real KV tensors
+        for name, target_name in wiring.items():
+            mine, theirs = layers[name].kv_cache, layers[target_name].kv_cache
+            mine = mine[0] if isinstance(mine, list) else mine
+            theirs = theirs[0] if isinstance(theirs, list) else theirs
+            # the draft layer's cache *is* the target layer's: same memory, same view
+            assert mine.data_ptr() == theirs.data_ptr() and mine.shape == theirs.shape
     targets = sorted(wiring.values())
     # layer_types = (s, s, f) * 2 with 2 shared tail layers: owners are 3 (s) and 2 (f)
     assert targets == ["model.layers.2.self_attn.attn", "model.layers.3.self_attn.attn"]
