@@ -25,26 +25,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from vllm_frozen_kv_mtp.prompts import CODE_PROMPTS  # noqa: E402
+
 METHODS = ("none", "mtp", "frozen_kv_mtp")
 
-PROMPTS = [
-    "def forward(self, hidden_states):\n",
-    "class Attention(nn.Module):\n    def __init__(self, config):\n",
-    "import os\nimport sys\n\n\ndef main():\n",
-    "    for i in range(len(items)):\n",
-    "        if self.training:\n",
-    "def __repr__(self):\n        return ",
-    "    @property\n    def name(self):\n",
-    "        raise ValueError(",
-    "    def __init__(self, *args, **kwargs):\n        super().__init__(",
-    "    return self._cache[key]\n\n\ndef ",
-    "with open(path) as f:\n    ",
-    "try:\n    import numpy as np\nexcept ImportError:\n",
-    "        self.assertEqual(",
-    "    def test_",
-    "        result = []\n        for ",
-    'if __name__ == "__main__":\n',
-]
+PROMPTS = CODE_PROMPTS
 
 
 def resolve_pair(pair: str, models: str) -> tuple[str, str]:
@@ -128,6 +113,25 @@ def run_method(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One method's engines merged: median tokens/s over every timed run; the
+    counters and outputs come from the first engine (greedy: all engines agree)."""
+    merged = dict(rounds[0])
+    merged["runs"] = []
+    for i, first in enumerate(rounds[0]["runs"]):
+        rates = [x for r in rounds for x in r["runs"][i]["tokens_per_s_runs"]]
+        same = all(r["runs"][i]["token_ids"] == first["token_ids"] for r in rounds)
+        merged["runs"].append(
+            first
+            | {
+                "tokens_per_s": round(statistics.median(rates), 1),
+                "tokens_per_s_runs": rates,
+                "engines_agree": same,
+            }
+        )
+    return merged
+
+
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| method | batch | tokens/s | speedup vs none | mean acceptance length | drafts | "
@@ -168,7 +172,14 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--batches", default="1,8")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per engine")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="engines per method, run interleaved (none, mtp, frozen, none, ...); "
+        "tokens/s is the median over all their timed runs, which evens out machine drift",
+    )
     ap.add_argument("--mem", type=float, default=0.2)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--out", default="bench/results/cpu.json")
@@ -177,18 +188,22 @@ def main() -> None:
     if args.method:
         print("RESULT " + json.dumps(run_method(args)), flush=True)
         return
-    results = []
-    for method in args.methods.split(","):
-        cmd = [sys.executable, __file__, "--method", method] + [
-            a for a in sys.argv[1:] if a != "--method"
-        ]
-        print(f"[bench-cpu] {method} ...", file=sys.stderr, flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if proc.returncode != 0 or line is None:
-            sys.stderr.write(proc.stderr[-4000:])
-            raise SystemExit(f"bench-cpu: {method} failed (exit {proc.returncode})")
-        results.append(json.loads(line.removeprefix("RESULT ")))
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in args.methods.split(",")}
+    for r in range(args.rounds):
+        for method in runs:
+            cmd = [sys.executable, __file__, "--method", method] + sys.argv[1:]
+            print(
+                f"[bench-cpu] round {r + 1}/{args.rounds}: {method} ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if proc.returncode != 0 or line is None:
+                sys.stderr.write(proc.stderr[-4000:])
+                raise SystemExit(f"bench-cpu: {method} failed (exit {proc.returncode})")
+            runs[method].append(json.loads(line.removeprefix("RESULT ")))
+    results = [merge_rounds(rs) for rs in runs.values()]
     meta = {
         "pair": args.pair,
         "k": args.k,

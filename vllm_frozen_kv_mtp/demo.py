@@ -19,16 +19,9 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-PROMPTS = [
-    "def forward(self, hidden_states):\n",
-    "class Attention(nn.Module):\n    def __init__(self, config):\n",
-    "import os\nimport sys\n\n\ndef main():\n",
-    "    for i in range(len(items)):\n",
-    "        if self.training:\n",
-    "    @property\n    def name(self):\n",
-    "with open(path) as f:\n    ",
-    'if __name__ == "__main__":\n',
-]
+from vllm_frozen_kv_mtp.prompts import CODE_PROMPTS  # noqa: E402
+
+PROMPTS = CODE_PROMPTS[:8]
 
 
 def _pair(name: str, models: str) -> tuple[str, str]:
