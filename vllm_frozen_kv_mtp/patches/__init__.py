@@ -171,7 +171,7 @@ def _patch_cpu_float_expand(mod: ModuleType) -> None:
         return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
 
     setattr(expand_batch_to_tokens, _MARK, True)
-    mod.expand_batch_to_tokens = expand_batch_to_tokens
+    setattr(mod, "expand_batch_to_tokens", expand_batch_to_tokens)  # noqa: B010
 
 
 PATCHES: tuple[Patch, ...] = (
