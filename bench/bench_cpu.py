@@ -210,6 +210,7 @@ def main() -> None:
         "max_tokens": args.max_tokens,
         "prompts": len(PROMPTS),
         "repeats": args.repeats,
+        "rounds": args.rounds,
         "command": "python bench/bench_cpu.py " + " ".join(sys.argv[1:]),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
