@@ -25,23 +25,12 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from vllm_frozen_kv_mtp.demo import resolve_pair  # noqa: E402
 from vllm_frozen_kv_mtp.prompts import CODE_PROMPTS  # noqa: E402
 
 METHODS = ("none", "mtp", "frozen_kv_mtp")
 
 PROMPTS = CODE_PROMPTS
-
-
-def resolve_pair(pair: str, models: str) -> tuple[str, str]:
-    if pair == "trained":
-        from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
-
-        t, a = trained_pair_paths()
-    else:
-        from vllm_frozen_kv_mtp.fixtures.build import ensure_pair
-
-        t, a = ensure_pair(pair, models)
-    return str(t), str(a)
 
 
 def run_method(args: argparse.Namespace) -> dict[str, Any]:

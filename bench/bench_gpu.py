@@ -94,17 +94,10 @@ class DraftTimer:
         return statistics.median(s.elapsed_time(e) for s, e in self.pairs)
 
 
-def _drafter(llm: Any) -> Any:
-    core = llm.llm_engine.engine_core.engine_core
-    runner = core.model_executor.driver_worker.worker.model_runner
-    return getattr(runner, "speculator", None) or getattr(runner, "drafter", None)
-
-
 def _spec_drafts(llm: Any) -> int:
-    for m in llm.get_metrics():
-        if m.name == "vllm:spec_decode_num_drafts":
-            return int(m.value)
-    return 0
+    from vllm_frozen_kv_mtp.instrument import spec_metrics
+
+    return int(spec_metrics(llm).get("num_drafts", 0))
 
 
 def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -145,7 +138,9 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     load_s = time.time() - t0
     cfg = llm.llm_engine.vllm_config
     runner = "v2" if cfg.use_v2_model_runner else "v1"
-    timer = DraftTimer(_drafter(llm)) if spec else None
+    from vllm_frozen_kv_mtp.instrument import drafter
+
+    timer = DraftTimer(drafter(llm)) if spec else None
     rng = random.Random(0)
     vocab = cfg.model_config.get_vocab_size()
 

@@ -8,6 +8,10 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from vllm_frozen_kv_mtp.instrument import drafter, model_runner, spec_metrics
+
+__all__ = ["drafter", "engine", "engine_core", "model_runner", "outputs", "spec_metrics"]
+
 ENGINE_DEFAULTS: dict[str, Any] = dict(
     max_model_len=512,
     max_num_seqs=8,
@@ -43,25 +47,6 @@ def engine(target: str, spec: dict[str, Any] | None = None, **kwargs: Any) -> It
 
 def engine_core(llm: Any) -> Any:
     return llm.llm_engine.engine_core.engine_core
-
-
-def model_runner(llm: Any) -> Any:
-    return engine_core(llm).model_executor.driver_worker.worker.model_runner
-
-
-def drafter(llm: Any) -> Any:
-    return model_runner(llm).drafter
-
-
-def spec_metrics(llm: Any) -> dict[str, Any]:
-    """vLLM's own spec-decode counters (needs disable_log_stats=False)."""
-    out: dict[str, Any] = {}
-    for m in llm.get_metrics():
-        if m.name.startswith("vllm:spec_decode"):
-            out[m.name.removeprefix("vllm:spec_decode_")] = getattr(
-                m, "value", getattr(m, "values", None)
-            )
-    return out
 
 
 def outputs(results: list[Any]) -> list[tuple[list[int], str, str | None]]:

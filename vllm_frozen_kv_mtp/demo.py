@@ -24,7 +24,8 @@ from vllm_frozen_kv_mtp.prompts import CODE_PROMPTS  # noqa: E402
 PROMPTS = CODE_PROMPTS[:8]
 
 
-def _pair(name: str, models: str) -> tuple[str, str]:
+def resolve_pair(name: str, models: str) -> tuple[str, str]:
+    """(target, assistant) dirs: the committed trained pair, or a fixture variant."""
     if name == "trained":
         try:
             from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     args = p.parse_args(argv)
 
-    target, assistant = _pair(args.pair, args.models)
+    target, assistant = resolve_pair(args.pair, args.models)
     print(f"[demo] target {target}\n[demo] assistant {assistant}")
     base = _run(target, None, args.max_tokens)
     spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": args.k}

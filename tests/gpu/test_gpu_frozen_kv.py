@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import pair
-from tests.helpers import PROMPTS, engine, engine_core, outputs, spec_metrics
+from tests.helpers import PROMPTS, drafter, engine, outputs, spec_metrics
 
 pytestmark = [
     pytest.mark.gpu,
@@ -27,11 +27,6 @@ pytestmark = [
 #: a small KV cache keeps the per-round KV checksums (kv_guard) cheap
 KV_BYTES = 64 * 1024 * 1024
 GRAPHS = {"compilation_config": {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"}}
-
-
-def _drafter(llm: Any) -> Any:
-    runner = engine_core(llm).model_executor.driver_worker.worker.model_runner
-    return getattr(runner, "speculator", None) or getattr(runner, "drafter", None)
 
 
 def _params() -> Any:
@@ -64,7 +59,7 @@ def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
         cfg = llm.llm_engine.vllm_config
         assert cfg.scheduler_config.async_scheduling, "async scheduling must be on"
         assert cfg.use_v2_model_runner == (runner == "v2")
-        d = _drafter(llm)
+        d = drafter(llm)
         expected_cls = "FrozenKVMTPSpeculator" if runner == "v2" else "FrozenKVMTPProposer"
         assert type(d).__name__ == expected_cls
         got = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
@@ -84,7 +79,7 @@ def test_v2_kv_checksum_sees_the_cache_and_rounds_leave_it(runner: str) -> None:
     target, assistant = pair("fp32")
     spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 3}
     with engine(target, spec, enforce_eager=True, kv_cache_memory_bytes=KV_BYTES) as llm:
-        d = _drafter(llm)
+        d = drafter(llm)
         original = d.propose
         sums: list[tuple[str, str]] = []
 
@@ -108,7 +103,7 @@ def test_draft_round_makes_no_host_sync(runner: str, method: str) -> None:
     target, assistant = pair("fp32")
     spec = {"method": method, "model": assistant, "num_speculative_tokens": 3}
     with engine(target, spec, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES, **GRAPHS) as llm:
-        d = _drafter(llm)
+        d = drafter(llm)
         original = d.propose
         caught: list[str] = []
 
