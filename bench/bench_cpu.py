@@ -177,7 +177,10 @@ def main() -> None:
     if args.method:
         print("RESULT " + json.dumps(run_method(args)), flush=True)
         return
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in args.methods.split(",")}
+    methods = args.methods.split(",")
+    if "none" not in methods or not set(methods) <= set(METHODS):
+        ap.error(f"--methods must include 'none' (the baseline) and only {', '.join(METHODS)}")
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     for r in range(args.rounds):
         for method in runs:
             cmd = [sys.executable, __file__, "--method", method] + sys.argv[1:]
