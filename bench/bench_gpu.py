@@ -140,7 +140,8 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     runner = "v2" if cfg.use_v2_model_runner else "v1"
     from vllm_frozen_kv_mtp.instrument import drafter
 
-    timer = DraftTimer(drafter(llm)) if spec else None
+    # With TP>1 the drafter lives in worker processes: no draft-round timer then.
+    timer = DraftTimer(drafter(llm)) if spec and args.tp == 1 else None
     rng = random.Random(0)
     vocab = cfg.model_config.get_vocab_size()
 

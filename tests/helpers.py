@@ -96,3 +96,19 @@ PROMPTS = [
     "@auto_docstring\nclass Gemma4ForCausalLM(Gemma4PreTrainedModel):",
     "    return self.embed_tokens(input_ids) * self.embed_scale",
 ]
+
+
+def clear_margin_case(variant: str) -> tuple[str, str, list[Any], dict[str, Any]]:
+    """(target, assistant, prompts, engine kwargs) of a pair whose greedy output does
+    not hinge on logit near-ties: the committed trained pair (on its held-out
+    prompts) or a fixture variant such as ``fp32-oracle`` (on PROMPTS)."""
+    if variant == "trained":
+        from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
+
+        t, a = trained_pair_paths()
+        prompts: list[Any] = [{"prompt_token_ids": p} for p in eval_prompts()]
+        return str(t), str(a), prompts, {"dtype": "float32", "max_num_seqs": len(prompts)}
+    from tests.conftest import pair
+
+    t, a = pair(variant)
+    return t, a, list(PROMPTS), {}

@@ -21,6 +21,16 @@ def drafter(llm: Any) -> Any:
     return getattr(runner, "speculator", None) or getattr(runner, "drafter", None)
 
 
+def worker_drafter_info(worker: Any) -> dict[str, Any]:
+    """Drafter class and frozen-KV counters inside a worker process, for
+    ``llm.collective_rpc(worker_drafter_info)`` when TP>1 puts the drafter there."""
+    d = getattr(worker.model_runner, "speculator", None) or getattr(
+        worker.model_runner, "drafter", None
+    )
+    stats = getattr(d, "frozen_stats", None)
+    return {"cls": type(d).__name__, "stats": stats.as_dict() if stats is not None else None}
+
+
 def spec_metrics(llm: Any) -> dict[str, Any]:
     """vLLM's spec-decode counters, keyed without the ``vllm:spec_decode_`` prefix."""
     out: dict[str, Any] = {}

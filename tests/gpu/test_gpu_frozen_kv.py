@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from tests.conftest import pair
-from tests.helpers import PROMPTS, drafter, engine, outputs, spec_metrics
+from tests.helpers import PROMPTS, clear_margin_case, drafter, engine, outputs, spec_metrics
+from vllm_frozen_kv_mtp.instrument import acceptance
 
 pytestmark = [
     pytest.mark.gpu,
@@ -42,13 +43,13 @@ def runner() -> str:
     return "v1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "v2"
 
 
-@pytest.mark.parametrize("variant", ["fp32-oracle"])
+@pytest.mark.parametrize("variant", ["fp32-oracle", "trained"])
 def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
     """Clear logit margins (see test_random_weights_match_upstream for why)."""
-    target, assistant = pair(variant)
-    kw = dict(GRAPHS, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES)
+    target, assistant, prompts, extra = clear_margin_case(variant)
+    kw = dict(GRAPHS, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES, **extra)
     with engine(target, **kw) as llm:
-        expected = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
+        expected = outputs(llm.generate(prompts, _params(), use_tqdm=False))
     spec = {
         "method": "frozen_kv_mtp",
         "model": assistant,
@@ -62,10 +63,12 @@ def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
         d = drafter(llm)
         expected_cls = "FrozenKVMTPSpeculator" if runner == "v2" else "FrozenKVMTPProposer"
         assert type(d).__name__ == expected_cls
-        got = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
-        single = [outputs(llm.generate([p], _params(), use_tqdm=False))[0] for p in PROMPTS[:4]]
+        got = outputs(llm.generate(prompts, _params(), use_tqdm=False))
+        single = [outputs(llm.generate([p], _params(), use_tqdm=False))[0] for p in prompts[:4]]
         m = spec_metrics(llm)
         assert d.frozen_stats.rounds > 0
+        assert d.frozen_stats.seed_rows > 0
+    print(f"{runner} {variant}: {acceptance(m)}")
     assert got == expected
     assert single == expected[:4]
     assert m["num_drafts"] > 0

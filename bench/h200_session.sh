@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One H200 session (kind nvidia-h200-x2) for the GPU benchmark and tests, after the
+# ../shared/gpu recipe's setup1.sh/setup2.sh. The plan runs detached (setsid) so that
+# a 20-minute plan fits the device tool's 10-minute commands:
+#
+#   bash bench/h200_session.sh start        # launch the plan, return at once
+#   bash bench/h200_session.sh wait 560     # follow it up to 560 s; pack logs into $OUT
+#
+# Plan (two lanes, one GPU each; then both GPUs):
+#   lane A, GPU 0: E4B benchmark (none/mtp/frozen_kv_mtp, compiled), V1-runner GPU tests,
+#                  then 26B-A4B (CUDA graphs only) if the plan is still early
+#   lane B, GPU 1: 31B benchmark (compiled), Model Runner V2 GPU tests
+#   both GPUs:     TP=2 tests
+# Everything lands in /tmp/h200 (results h200_*.jsonl, one log per step).
+set -u
+W=/tmp/h200
+REPO=$(pwd)
+
+lane_a() {
+  CUDA_VISIBLE_DEVICES=0 python bench/bench_gpu.py all --models E4B \
+    --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_E4B.jsonl \
+    >$W/bench_E4B.log 2>&1
+  CUDA_VISIBLE_DEVICES=0 VLLM_USE_V2_MODEL_RUNNER=0 python -m pytest tests/gpu -q -s -rA \
+    -p no:cacheprovider --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v1.log 2>&1
+  if [ $(($(date +%s) - $(cat $W/t0))) -lt "${LATE_S:-840}" ]; then
+    CUDA_VISIBLE_DEVICES=0 python bench/bench_gpu.py all --models 26B-A4B --mode graphs \
+      --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_26B.jsonl \
+      >$W/bench_26B.log 2>&1
+  else
+    echo "skipped: plan too late" >$W/bench_26B.log
+  fi
+}
+
+lane_b() {
+  CUDA_VISIBLE_DEVICES=1 python bench/bench_gpu.py all --models 31B \
+    --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_31B.jsonl \
+    >$W/bench_31B.log 2>&1
+  CUDA_VISIBLE_DEVICES=1 VLLM_USE_V2_MODEL_RUNNER=1 python -m pytest tests/gpu -q -s -rA \
+    -p no:cacheprovider -k "${V2_TESTS:-greedy or fp8}" --ignore=tests/gpu/test_gpu_tp2.py \
+    >$W/test_v2.log 2>&1
+}
+
+plan() {
+  cd "$REPO" || exit 1
+  . .gpu/part2/env.sh
+  # The plugin's entry point, for TP>1 worker processes (the checkout is not pip-installed).
+  mkdir -p $W/plugin/vllm_frozen_kv_mtp-0.0.0.dist-info
+  printf 'Metadata-Version: 2.1\nName: vllm-frozen-kv-mtp\nVersion: 0.0.0\n' \
+    >$W/plugin/vllm_frozen_kv_mtp-0.0.0.dist-info/METADATA
+  printf '[vllm.general_plugins]\nfrozen_kv_mtp = vllm_frozen_kv_mtp:register\n' \
+    >$W/plugin/vllm_frozen_kv_mtp-0.0.0.dist-info/entry_points.txt
+  export PYTHONPATH=$W/plugin:$REPO:$PYTHONPATH TORCHINDUCTOR_COMPILE_THREADS=8
+  date +%s >$W/t0
+  nvidia-smi --query-gpu=index,name,memory.total --format=csv >$W/gpus.txt 2>&1
+  lane_a &
+  lane_b &
+  wait
+  python -m pytest tests/gpu/test_gpu_tp2.py -q -s -rA -p no:cacheprovider >$W/test_tp2.log 2>&1
+  cat $W/h200_*.jsonl >$W/h200.jsonl 2>/dev/null
+  python bench/bench_gpu.py report $W/h200.jsonl --json $W/h200.json >$W/report.md 2>&1
+  echo "plan done after $(($(date +%s) - $(cat $W/t0))) s" >$W/DONE
+}
+
+pack() {
+  [ -n "${OUT:-}" ] || return 0
+  cat $W/h200_*.jsonl >$W/h200.jsonl 2>/dev/null
+  python bench/bench_gpu.py report $W/h200.jsonl --json $W/h200.json >$W/report.md 2>&1
+  tar -C /tmp --exclude h200/shapes --exclude h200/plugin -czf "$OUT/h200.tgz" h200 2>/dev/null
+  cp $W/report.md $W/h200.json "$OUT/" 2>/dev/null
+}
+
+progress() {
+  echo "== $(($(date +%s) - $(cat $W/t0 2>/dev/null || date +%s))) s into the plan"
+  grep -h '^ROW' $W/bench_*.log 2>/dev/null | cut -c1-220 | tail -n 40
+  for f in $W/test_*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 4 "$f"; }; done
+  for f in $W/bench_*.log; do
+    [ -f "$f" ] && grep -h -m3 -E 'Error|error:|Traceback' "$f" | sed "s|^|$f: |"
+  done
+  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
+  [ -f $W/DONE ] && cat $W/DONE
+}
+
+case "${1:-}" in
+start)
+  mkdir -p $W
+  cp "$0" $W/session.sh # the checkout may be re-sent by a later call; bash reads scripts lazily
+  setsid nohup bash $W/session.sh plan </dev/null >$W/plan.log 2>&1 &
+  sleep 5
+  cat $W/plan.log
+  ;;
+plan) plan ;;
+wait)
+  end=$(($(date +%s) + ${2:-560}))
+  while [ ! -f $W/DONE ] && [ "$(date +%s)" -lt $end ]; do sleep 20; done
+  progress
+  . .gpu/part2/env.sh 2>/dev/null
+  export PYTHONPATH=$REPO:${PYTHONPATH:-}
+  pack
+  ;;
+*)
+  echo "usage: $0 start | wait SECONDS" >&2
+  exit 2
+  ;;
+esac
