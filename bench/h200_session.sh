@@ -65,7 +65,7 @@ pack() {
   [ -n "${OUT:-}" ] || return 0
   cat $W/h200_*.jsonl >$W/h200.jsonl 2>/dev/null
   python bench/bench_gpu.py report $W/h200.jsonl --json $W/h200.json >$W/report.md 2>&1
-  tar -C /tmp --exclude h200/shapes --exclude h200/plugin -czf "$OUT/h200.tgz" h200 2>/dev/null
+  tar -C /tmp --exclude h200/shapes --exclude h200/plugin --exclude h200/repo -czf "$OUT/h200.tgz" h200 2>/dev/null
   cp $W/report.md $W/h200.json "$OUT/" 2>/dev/null
 }
 
@@ -82,9 +82,11 @@ progress() {
 
 case "${1:-}" in
 start)
-  mkdir -p $W
-  cp "$0" $W/session.sh # the checkout may be re-sent by a later call; bash reads scripts lazily
-  setsid nohup bash $W/session.sh plan </dev/null >$W/plan.log 2>&1 &
+  # Run from a snapshot: a later call re-sends the working tree, which may have moved on.
+  mkdir -p $W/repo/.gpu/part2
+  tar --exclude=./.gpu --exclude=./.git --exclude=./.venv -cf - . | tar -C $W/repo -xf -
+  cp .gpu/part2/env.sh $W/repo/.gpu/part2/
+  (cd $W/repo && setsid nohup bash bench/h200_session.sh plan </dev/null >$W/plan.log 2>&1 &)
   sleep 5
   cat $W/plan.log
   ;;
