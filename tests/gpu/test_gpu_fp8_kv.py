@@ -2,9 +2,9 @@
 
 Upstream's V1 proposer leaves the drafter's K/V scales at 1.0 while it reads a
 calibrated FP8 cache (vllm-project/vllm#41789: 0.2% acceptance). A checkpoint with
-calibrated scales is simulated by giving every target layer that owns KV a K/V
-scale of 2.0 at load (the drafter's layers are KV-shared and keep vLLM's default
-1.0 unless someone copies the target's). Run once per runner, as the other GPU tests.
+calibrated scales is simulated by giving every target attention layer a K/V scale
+of 2.0 at load; the drafter's layers keep vLLM's default 1.0 unless someone copies
+the target's. Run once per runner, as the other GPU tests.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def calibrated_target_scales(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     def process_weights_after_loading(self: Any, act_dtype: torch.dtype) -> None:
         original(self, act_dtype)
-        if getattr(self, "kv_sharing_target_layer_name", None) is None:  # owns KV
+        # Target layers only: the drafter's are named ``draft_model...`` (their KV
+        # sharing is wired after loading, so kv_sharing_target_layer_name is unset here).
+        if "draft_model" not in self.layer_name:
             self._k_scale.fill_(SCALE)
             self._v_scale.fill_(SCALE)
             self._k_scale_float = self._v_scale_float = SCALE

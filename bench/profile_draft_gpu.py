@@ -1,0 +1,121 @@
+"""Kernel breakdown of one draft round on CUDA (eager, no graphs), for E4B-shaped dummy weights.
+
+    python bench/profile_draft_gpu.py --method frozen_kv_mtp --concurrency 32
+
+Prints JSON (kernels per round, summed kernel time per round) and the top kernels.
+Eager mode shows every kernel; compare the summed kernel time with the graph-replay
+draft-round time from bench_gpu.py to see whether a round is launch- or work-bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default="E4B")
+    ap.add_argument("--method", default="frozen_kv_mtp")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--shapes", default="models/shapes")
+    args = ap.parse_args()
+
+    import torch
+
+    import vllm_frozen_kv_mtp
+
+    vllm_frozen_kv_mtp.register()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_gpu import _fill_dummy_token_ordering  # type: ignore[import-not-found]
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
+    from vllm_frozen_kv_mtp.instrument import drafter
+
+    _fill_dummy_token_ordering()
+    target, assistant = ensure_shape_pair(args.model, args.shapes)
+    llm = LLM(
+        model=str(target),
+        dtype="bfloat16",
+        seed=0,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        max_model_len=1024,
+        max_num_seqs=args.concurrency,
+        gpu_memory_utilization=0.5,
+        enforce_eager=True,
+        speculative_config={
+            "method": args.method,
+            "model": str(assistant),
+            "num_speculative_tokens": 3,
+        },
+    )
+    d = drafter(llm)
+    original = d.propose
+    state: dict[str, Any] = {"left": 0, "events": []}
+
+    def propose(*a: Any, **kw: Any) -> Any:
+        if state["left"] <= 0:
+            return original(*a, **kw)
+        state["left"] -= 1
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = original(*a, **kw)
+            torch.cuda.synchronize()
+        state["events"].append(prof.key_averages())
+        return out
+
+    d.propose = propose
+    rng = random.Random(0)
+    prompts = [
+        TokensPrompt(prompt_token_ids=[rng.randrange(10, 200000) for _ in range(128)])
+        for _ in range(args.concurrency)
+    ]
+    params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True, detokenize=False)
+    llm.generate(prompts, params, use_tqdm=False)  # warm-up
+    state["left"] = args.rounds
+    llm.generate(prompts, params, use_tqdm=False)
+    rounds = state["events"][2:]  # skip the post-prefill rounds
+    per: dict[str, list[float]] = {}
+    counts = []
+    for ka in rounds:
+        n = 0
+        for e in ka:
+            t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+            if t <= 0:
+                continue
+            per.setdefault(e.key, []).append(t / 1000)
+            n += e.count
+        counts.append(n)
+    total = sum(sum(v) for v in per.values()) / max(len(rounds), 1)
+    top = sorted(per.items(), key=lambda kv: -sum(kv[1]))[:20]
+    print(
+        "PROFILE",
+        json.dumps(
+            {
+                "model": args.model,
+                "method": args.method,
+                "concurrency": args.concurrency,
+                "rounds": len(rounds),
+                "kernels_per_round": sum(counts) / max(len(counts), 1),
+                "kernel_ms_per_round": round(total, 3),
+                "top": [[k[:80], round(sum(v) / len(rounds), 4)] for k, v in top],
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
