@@ -154,7 +154,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     def params(n: int) -> Any:
         return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
 
-    base = {"model": args.model, "method": args.method, "runner": runner}
+    base = {"model": args.model, "method": args.method, "runner": runner, "run": args.run}
     info = {
         "k": args.k if spec else 0,
         "mode": args.mode,
@@ -221,22 +221,30 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
 def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (2.8, 3.5)) -> str:
     """Markdown table + overhead ratios + modelled speedups from measured rows."""
     out = [
-        "| model | runner | c | none ms/step | mtp ms/step | frozen ms/step | mtp overhead | "
+        "| run | model | runner | c | none ms/step | mtp ms/step | frozen ms/step | mtp overhead | "
         "frozen overhead | frozen/mtp overhead | mtp draft ms | frozen draft ms | "
         + " | ".join(f"modelled x @AL {a}" for a in acceptance_lengths)
         + " |",
-        "|" + "---|" * (11 + len(acceptance_lengths)),
+        "|" + "---|" * (12 + len(acceptance_lengths)),
     ]
     key = {
-        (r["model"], r["runner"], r["method"], r["concurrency"]): r for r in rows if r["step_ms"]
+        (r.get("run", ""), r["model"], r["runner"], r["method"], r["concurrency"]): r
+        for r in rows
+        if r["step_ms"]
     }
-    combos = sorted({(r["model"], r["runner"], r["concurrency"]) for r in rows if r["step_ms"]})
-    for model, runner, c in combos:
-        get = {m: key.get((model, runner, m, c)) for m in METHODS}
+    combos = sorted(
+        {
+            (r.get("run", ""), r["model"], r["runner"], r["concurrency"])
+            for r in rows
+            if r["step_ms"]
+        }
+    )
+    for run, model, runner, c in combos:
+        get = {m: key.get((run, model, runner, m, c)) for m in METHODS}
         if not get["none"]:
             continue
         none = get["none"]["step_ms"]
-        cells = [model, runner, str(c), f"{none:.2f}"]
+        cells = [run or "-", model, runner, str(c), f"{none:.2f}"]
         over = {}
         for m in ("mtp", "frozen_kv_mtp"):
             r = get[m]
@@ -262,20 +270,24 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
     if ttft:
         out += [
             "",
-            "| model | runner | prompt | none TTFT ms | mtp TTFT ms | frozen TTFT ms | "
+            "| run | model | runner | prompt | none TTFT ms | mtp TTFT ms | frozen TTFT ms | "
             "frozen - mtp ms |",
-            "|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        tk = {(r["model"], r["runner"], r["method"], r["prompt_len"]): r["ttft_ms"] for r in ttft}
-        for model, runner, n in sorted({(r["model"], r["runner"], r["prompt_len"]) for r in ttft}):
-            v = {m: tk.get((model, runner, m, n)) for m in METHODS}
+        tk = {
+            (r.get("run", ""), r["model"], r["runner"], r["method"], r["prompt_len"]): r["ttft_ms"]
+            for r in ttft
+        }
+        runs = sorted({(r.get("run", ""), r["model"], r["runner"], r["prompt_len"]) for r in ttft})
+        for run, model, runner, n in runs:
+            v = {m: tk.get((run, model, runner, m, n)) for m in METHODS}
             diff = (
                 f"{v['frozen_kv_mtp'] - v['mtp']:+.2f}"
                 if v["frozen_kv_mtp"] is not None and v["mtp"] is not None
                 else "-"
             )
             cells = (
-                [model, runner, str(n)]
+                [run or "-", model, runner, str(n)]
                 + ["-" if v[m] is None else f"{v[m]:.2f}" for m in METHODS]
                 + [diff]
             )
@@ -310,6 +322,7 @@ def main() -> None:
         p.add_argument("--mem", type=float, default=0.85)
         p.add_argument("--shapes", default="models/shapes")
         p.add_argument("--out", default="bench/results/h200.jsonl")
+        p.add_argument("--run", default="", help="label stored in each row (groups the report)")
     rp = sub.add_parser("report")
     rp.add_argument("jsonl")
     rp.add_argument("--json", help="write the rows as a JSON list here")
@@ -336,6 +349,7 @@ def main() -> None:
                     "mem",
                     "shapes",
                     "out",
+                    "run",
                 ):
                     cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
                 print("+", " ".join(cmd), flush=True)
@@ -345,7 +359,8 @@ def main() -> None:
         print(report(rows))
         if args.json:
             slim = [
-                {k: r.get(k) for k in FIELDS} | {"k": r.get("k"), "mode": r.get("mode")}
+                {k: r.get(k) for k in FIELDS}
+                | {"run": r.get("run", ""), "k": r.get("k"), "mode": r.get("mode")}
                 for r in rows
             ]
             Path(args.json).write_text(json.dumps(slim, indent=1) + "\n")
