@@ -94,6 +94,18 @@ class DraftTimer:
         return statistics.median(s.elapsed_time(e) for s, e in self.pairs)
 
 
+def parse_method(text: str) -> tuple[str, dict[str, Any]]:
+    """``"frozen_kv_mtp:centroid_head=dense/kv_guard=false"`` -> method and options."""
+    method, _, rest = text.partition(":")
+    if method not in METHODS:
+        raise SystemExit(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    options: dict[str, Any] = {}
+    for item in filter(None, rest.split("/")):
+        key, _, value = item.partition("=")
+        options[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return method, options
+
+
 def _spec_drafts(llm: Any) -> int:
     from vllm_frozen_kv_mtp.instrument import spec_metrics
 
@@ -112,8 +124,10 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     target, assistant = ensure_shape_pair(args.model, args.shapes)
     spec = None
-    if args.method != "none":
-        spec = {"method": args.method, "model": str(assistant), "num_speculative_tokens": args.k}
+    method, options = parse_method(args.method)
+    if method != "none":
+        spec = {"method": method, "model": str(assistant), "num_speculative_tokens": args.k}
+        spec.update(options)
     concurrency = [int(c) for c in args.concurrency.split(",")]
     ttft_lens = [int(n) for n in args.ttft.split(",") if n]
     max_len = max([args.prompt_len, *ttft_lens]) + args.tokens + 64
@@ -266,6 +280,39 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
         for a in acceptance_lengths:
             cells.append(f"{a * none / fr['step_ms']:.2f}" if fr else "-")
         out.append("| " + " | ".join(cells) + " |")
+    variants = sorted(
+        {(r.get("run", ""), r["model"], r["runner"], r["method"]) for r in rows}
+        - {(r.get("run", ""), r["model"], r["runner"], m) for r in rows for m in METHODS}
+    )
+    if variants:
+        out += [
+            "",
+            "| run | model | runner | method | c | ms/step | overhead | overhead / mtp's | "
+            "draft ms |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for run, model, runner, method in variants:
+            for r in sorted(
+                (
+                    r
+                    for r in rows
+                    if r["step_ms"]
+                    and (r.get("run", ""), r["model"], r["runner"], r["method"])
+                    == (run, model, runner, method)
+                ),
+                key=lambda r: r["concurrency"],
+            ):
+                c = r["concurrency"]
+                none = key.get((run, model, runner, "none", c))
+                mtp = key.get((run, model, runner, "mtp", c))
+                over = r["step_ms"] - none["step_ms"] if none else None
+                mtp_over = mtp["step_ms"] - none["step_ms"] if mtp and none else None
+                cells = [run or "-", model, runner, method, str(c), f"{r['step_ms']:.2f}"]
+                cells.append("-" if over is None else f"{over:+.2f}")
+                cells.append(f"{over / mtp_over:.2f}" if over is not None and mtp_over else "-")
+                d = r["draft_round_ms"]
+                cells.append("-" if d is None else f"{d:.2f}")
+                out.append("| " + " | ".join(cells) + " |")
     ttft = [r for r in rows if r["ttft_ms"] is not None]
     if ttft:
         out += [
@@ -302,7 +349,12 @@ def main() -> None:
         p = sub.add_parser(name)
         if name == "run":
             p.add_argument("--model", default="E4B")
-            p.add_argument("--method", choices=METHODS, required=True)
+            p.add_argument(
+                "--method",
+                required=True,
+                help="none, mtp or frozen_kv_mtp, optionally with plugin options: "
+                "frozen_kv_mtp:centroid_head=dense (several joined by '/')",
+            )
         else:
             p.add_argument("--models", default="E4B")
             p.add_argument("--methods", default=",".join(METHODS))

@@ -4,6 +4,8 @@
 # a 20-minute plan fits the device tool's 10-minute commands:
 #
 #   bash bench/h200_session.sh start        # launch the plan, return at once
+#     (env: E4B_METHODS, e.g. "frozen_kv_mtp,frozen_kv_mtp:centroid_head=dense,mtp,none";
+#      RUN, the label stored in the rows; V2_TESTS, a pytest -k expression; LATE_S)
 #   bash bench/h200_session.sh wait 560     # follow it up to 560 s; pack logs into $OUT
 #
 # Plan (two lanes, one GPU each; then both GPUs):
@@ -18,13 +20,14 @@ REPO=$(pwd)
 
 lane_a() {
   CUDA_VISIBLE_DEVICES=0 python bench/bench_gpu.py all --models E4B \
-    --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_E4B.jsonl --run A \
+    --methods "${E4B_METHODS:-frozen_kv_mtp,mtp,none}" --shapes $W/shapes \
+    --out $W/h200_E4B.jsonl --run "${RUN:-A}" \
     >$W/bench_E4B.log 2>&1
   CUDA_VISIBLE_DEVICES=0 VLLM_USE_V2_MODEL_RUNNER=0 python -m pytest tests/gpu -q -s -rA \
     -p no:cacheprovider --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v1.log 2>&1
   if [ $(($(date +%s) - $(cat $W/t0))) -lt "${LATE_S:-840}" ]; then
     CUDA_VISIBLE_DEVICES=0 python bench/bench_gpu.py all --models 26B-A4B --mode graphs \
-      --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_26B.jsonl --run A \
+      --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_26B.jsonl --run "${RUN:-A}" \
       >$W/bench_26B.log 2>&1
   else
     echo "skipped: plan too late" >$W/bench_26B.log
@@ -33,10 +36,11 @@ lane_a() {
 
 lane_b() {
   CUDA_VISIBLE_DEVICES=1 python bench/bench_gpu.py all --models 31B \
-    --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_31B.jsonl --run A \
+    --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_31B.jsonl --run "${RUN:-A}" \
     >$W/bench_31B.log 2>&1
   CUDA_VISIBLE_DEVICES=1 VLLM_USE_V2_MODEL_RUNNER=1 python -m pytest tests/gpu -q -s -rA \
-    -p no:cacheprovider -k "${V2_TESTS:-greedy or fp8}" --ignore=tests/gpu/test_gpu_tp2.py \
+    -p no:cacheprovider -k "${V2_TESTS:-greedy or fp8 or centroid}" \
+    --ignore=tests/gpu/test_gpu_tp2.py \
     >$W/test_v2.log 2>&1
 }
 

@@ -67,6 +67,10 @@ class FrozenKVMTPConfigError(ValueError):
         self.fix = fix
 
 
+#: values of the ``centroid_head`` option (see centroid_head.py)
+CENTROID_HEADS = ("upstream", "sparse", "dense")
+
+
 @dataclass(frozen=True)
 class FrozenKVOptions:
     """Plugin-only options; they travel to workers in ``additional_config``."""
@@ -74,6 +78,9 @@ class FrozenKVOptions:
     #: checksum every target KV block around each draft round and fail on any change
     #: (a debugging guard: it syncs with the device, so keep it off in production)
     kv_guard: bool = False
+    #: how Model Runner V2 picks draft tokens from a centroid head (E2B/E4B assistants):
+    #: "upstream" (vLLM's full-vocabulary argmax), "sparse" or "dense"; see centroid_head.py
+    centroid_head: str = "upstream"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FrozenKVOptions:
@@ -301,6 +308,12 @@ def translate_speculative_config(
     if not isinstance(options.kv_guard, bool):
         raise FrozenKVMTPConfigError(
             f"kv_guard must be true or false, got {options.kv_guard!r}.", "pass a boolean."
+        )
+    if options.centroid_head not in CENTROID_HEADS:
+        raise FrozenKVMTPConfigError(
+            f"centroid_head must be one of {', '.join(CENTROID_HEADS)}, got "
+            f"{options.centroid_head!r}.",
+            'pass "upstream" (the default), "sparse" or "dense".',
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated.update(method="mtp", model=model, num_speculative_tokens=k)

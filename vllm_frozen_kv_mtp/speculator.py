@@ -24,6 +24,7 @@ from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
 from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
+from vllm_frozen_kv_mtp.centroid_head import top_tokens
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
 from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
@@ -299,6 +300,39 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
                     cudagraph_runtime_mode=batch_desc.cg_mode,
                     num_speculative_steps=num_speculative_steps,
                 )
+
+    # ---- draft tokens from a centroid head -------------------------------------
+
+    def sample_draft(  # type: ignore[override]
+        self,
+        hidden_states: torch.Tensor,
+        sample_src_positions: torch.Tensor,
+        idx_mapping: torch.Tensor,
+        temperature: torch.Tensor,
+        seeds: torch.Tensor,
+        draft_step: torch.Tensor,
+        draft_logits: torch.Tensor | None,
+        spec_step_idx: int = 0,
+    ) -> torch.Tensor:
+        # Greedy drafts from a centroid head, without the full-vocabulary logits
+        # tensor upstream builds just to argmax it (option centroid_head).
+        if (
+            self.frozen_options.centroid_head != "upstream"
+            and draft_logits is None
+            and self.acceptance_estimator is None
+            and getattr(self.model, "masked_embedding", None) is not None
+        ):
+            return top_tokens(self.model, hidden_states, self.frozen_options.centroid_head)
+        return super().sample_draft(
+            hidden_states,
+            sample_src_positions,
+            idx_mapping,
+            temperature,
+            seeds,
+            draft_step,
+            draft_logits,
+            spec_step_idx,
+        )
 
     def _kv_checksum(self) -> str:
         return target_kv_checksum(self.vllm_config)

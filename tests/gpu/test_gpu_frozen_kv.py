@@ -15,7 +15,15 @@ import pytest
 import torch
 
 from tests.conftest import pair
-from tests.helpers import PROMPTS, clear_margin_case, drafter, engine, outputs, spec_metrics
+from tests.helpers import (
+    PROMPTS,
+    clear_margin_case,
+    drafter,
+    engine,
+    outputs,
+    record_drafts,
+    spec_metrics,
+)
 from vllm_frozen_kv_mtp.instrument import acceptance
 
 pytestmark = [
@@ -144,3 +152,40 @@ def test_random_weights_match_upstream_mtp(runner: str) -> None:
         with engine(target, spec, **kw) as llm:
             res[method] = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
     assert res["frozen_kv_mtp"] == res["mtp"]
+
+
+def test_v2_centroid_heads_draft_what_upstream_drafts(
+    runner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The centroid_head options ("sparse", "dense") change how Model Runner V2 scores
+    draft tokens, not which: every round's drafts equal the default head's (fp32)."""
+    if runner != "v2":
+        pytest.skip("centroid_head applies to Model Runner V2")
+    import vllm_frozen_kv_mtp.speculator as speculator_module
+
+    calls: list[str] = []
+    original_top_tokens = speculator_module.top_tokens
+
+    def counted(model: Any, hidden: torch.Tensor, head: str) -> torch.Tensor:
+        calls.append(head)  # at capture time for graph replays, every time in eager
+        return original_top_tokens(model, hidden, head)
+
+    monkeypatch.setattr(speculator_module, "top_tokens", counted)
+    target, assistant = pair("fp32-centroid")
+    kw = dict(GRAPHS, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES)
+    drafts, outs = {}, {}
+    for head in ("upstream", "sparse", "dense"):
+        spec = {
+            "method": "frozen_kv_mtp",
+            "model": assistant,
+            "num_speculative_tokens": 3,
+            "centroid_head": head,
+        }
+        with engine(target, spec, **kw) as llm, record_drafts(llm) as rounds:
+            outs[head] = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
+            drafts[head] = list(rounds)
+    print({h: sum(len(r) for r in d) for h, d in drafts.items()}, "draft rows per head")
+    assert {"sparse", "dense"} <= set(calls)
+    assert drafts["sparse"] == drafts["upstream"]
+    assert drafts["dense"] == drafts["upstream"]
+    assert outs["sparse"] == outs["dense"] == outs["upstream"]

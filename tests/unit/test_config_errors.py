@@ -48,6 +48,7 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
     assert cfg.speculative_config.num_speculative_tokens == 3
     assert cfg.additional_config["frozen_kv_mtp"] == {
         "kv_guard": False,
+        "centroid_head": "upstream",
         "num_speculative_tokens": 3,
     }
 
@@ -59,10 +60,12 @@ def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
         "model": assistant,
         "num-speculative-tokens": 2,  # vLLM accepts dashed keys from the CLI
         "kv_guard": True,
+        "centroid_head": "dense",
         "enforce_eager": True,
     }
     cfg = _engine_config(target, spec, additional_config={"other_plugin": 1})
     assert cfg.additional_config["frozen_kv_mtp"]["kv_guard"] is True
+    assert cfg.additional_config["frozen_kv_mtp"]["centroid_head"] == "dense"
     assert cfg.additional_config["other_plugin"] == 1
     assert cfg.speculative_config.enforce_eager is True
 
@@ -237,3 +240,9 @@ def test_known_but_unsupported_key(fp32: tuple[str, str]) -> None:
 def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
     target, assistant = fp32
     _refused(target, {"method": "frozen_kv_mtp", "model": assistant, "kv_guard": "yes"}, "kv_guard")
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "centroid_head": "fast"},
+        "centroid_head",
+        '"sparse"',
+    )

@@ -1,0 +1,90 @@
+"""The centroid heads pick the token Model Runner V2's default path picks.
+
+Reference: vLLM's own ``Gemma4MTP.compute_logits`` (centroid-masked full-vocabulary
+logits, ``suppress_tokens`` filled with -inf) followed by the argmax V2 takes.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from vllm_frozen_kv_mtp.centroid_head import candidate_tokens, top_tokens
+
+VOCAB, CENTROIDS, TOP_K, DIM = 4096, 64, 4, 32
+
+
+def _model(dtype: torch.dtype, suppress: list[int] | None, seed: int = 0) -> Any:
+    from vllm.model_executor.models.gemma4_mtp import Gemma4MTPMaskedEmbedder
+
+    g = torch.Generator().manual_seed(seed)
+    me = Gemma4MTPMaskedEmbedder(DIM, VOCAB, CENTROIDS, TOP_K)
+    with torch.no_grad():
+        me.centroids.weight.copy_(torch.randn(CENTROIDS, DIM, generator=g))
+        me.token_ordering.copy_(torch.randperm(VOCAB, generator=g))
+    me = me.to(dtype)
+    weight = torch.randn(VOCAB + 7, DIM, generator=g).to(dtype)  # padded rows, as vLLM pads
+    suppress_idx = torch.tensor(suppress, dtype=torch.long) if suppress else None
+    return SimpleNamespace(
+        masked_embedding=me,
+        _suppress_idx=suppress_idx,
+        _get_full_lm_head_weight=lambda: weight[:VOCAB],
+    )
+
+
+def _v2_pick(model: Any, h: torch.Tensor) -> torch.Tensor:
+    from vllm.model_executor.models.gemma4_mtp import Gemma4MTP
+
+    return Gemma4MTP.compute_logits(model, h).argmax(dim=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("suppress", [None, "top"])
+def test_sparse_head_is_v2_default_pick(dtype: torch.dtype, suppress: str | None) -> None:
+    h = torch.randn(37, DIM, generator=torch.Generator().manual_seed(1)).to(dtype)
+    banned = None
+    if suppress == "top":  # ban the token V2 would pick for a few rows: forces a change
+        banned = _v2_pick(_model(dtype, None), h)[:5].tolist()
+    model = _model(dtype, banned)
+    expected = _v2_pick(model, h)
+    got = top_tokens(model, h, "sparse")
+    assert torch.equal(got, expected)
+    if banned:
+        assert not set(got.tolist()) & set(banned)
+
+
+def test_sparse_head_breaks_exact_ties_like_a_full_vocabulary_argmax() -> None:
+    model = _model(torch.float32, None)
+    me = model.masked_embedding
+    h = torch.randn(3, DIM, generator=torch.Generator().manual_seed(2))
+    cand = candidate_tokens(me, h)
+    weight = model._get_full_lm_head_weight()
+    # Two candidates of row 0 share the best embedding row; the one listed first has
+    # the larger token id, so a first-in-candidate-order argmax would pick the wrong one.
+    row = cand[0].tolist()
+    i, j = next((i, j) for i in range(len(row)) for j in range(i + 1, len(row)) if row[i] > row[j])
+    a, b = row[i], row[j]
+    with torch.no_grad():
+        weight[a] = weight[b] = h[0] * 10
+    expected = _v2_pick(model, h)
+    assert expected[0].item() == b
+    assert torch.equal(top_tokens(model, h, "sparse"), expected)
+
+
+def test_dense_head_scores_the_same_dot_products() -> None:
+    """fp32: identical picks. bf16: the pick's V2 logit is the V2 maximum up to the
+    rounding of a different summation order (one bf16 step)."""
+    h32 = torch.randn(64, DIM, generator=torch.Generator().manual_seed(3))
+    model = _model(torch.float32, None)
+    assert torch.equal(top_tokens(model, h32, "dense"), _v2_pick(model, h32))
+
+    from vllm.model_executor.models.gemma4_mtp import Gemma4MTP
+
+    model16, h16 = _model(torch.bfloat16, None), h32.to(torch.bfloat16)
+    logits = Gemma4MTP.compute_logits(model16, h16).float()
+    picked = logits.gather(1, top_tokens(model16, h16, "dense")[:, None]).squeeze(1)
+    best = logits.max(dim=-1).values
+    assert torch.all(best - picked <= best.abs() * 2**-7 + 1e-6)

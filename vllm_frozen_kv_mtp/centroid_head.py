@@ -1,0 +1,56 @@
+"""Draft-token heads for centroid-masked Gemma 4 assistants (E2B/E4B), same tokens as upstream.
+
+Upstream's ``Gemma4MTPMaskedEmbedder`` picks each row's top centroids, copies the
+candidate tokens' embedding rows (``[T, top_k * vocab/centroids, D]``, 4096 x 256 for
+E4B) and scores them with a batched dot product. Model Runner V2 then scatters those
+scores into a full-vocabulary tensor (``[T, 262144]``) and takes its argmax every
+draft step. The H200 profile of a draft round (BENCHMARKS.md) puts about 40% of it
+in that head. The heads here pick V2's token from the same candidates, without the
+full-vocabulary tensor:
+
+* ``sparse``: upstream's row gather and batched dot, then an argmax over the
+  candidates only;
+* ``dense``: one GEMM of the rows against the whole embedding table, then a gather of
+  the candidates' scores. It reads the table once per step whatever the batch size,
+  instead of copying ``T * 4096`` rows, so it should pay off at larger batches. The
+  dot products are the same; only the summation order differs, which can flip a
+  near-tie. Drafts are verified, so output is lossless either way.
+
+Not measured on GPU yet: the option defaults to ``upstream`` until it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def candidate_tokens(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+    """``[T, top_k * tokens_per_centroid]`` token ids of each row's top centroids
+    (upstream's candidate set and order)."""
+    me = masked_embedding
+    _, top = torch.topk(me.centroids(hidden_states), k=me.centroid_intermediate_top_k, dim=-1)
+    clusters = me.token_ordering.view(me.num_centroids, me.vocab_size_per_centroid)
+    return clusters[top].reshape(hidden_states.shape[0], -1)
+
+
+def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tensor:
+    """Draft token ids as Model Runner V2's default picks them (full-vocabulary
+    argmax of the centroid-masked logits, ``suppress_tokens`` excluded, lowest token
+    id on exact ties), scored by ``head``: "sparse" (upstream's row gather and
+    batched dot) or "dense" (one GEMM over the whole table)."""
+    me = model.masked_embedding
+    weight = model._get_full_lm_head_weight()
+    cand = candidate_tokens(me, hidden_states)
+    if head == "dense":
+        scores = torch.mm(hidden_states, weight[: me.vocab_size].t()).gather(1, cand)
+    else:
+        rows = weight[cand.reshape(-1)].view(cand.shape[0], cand.shape[1], -1)
+        scores = torch.einsum("td,tsd->ts", hidden_states, rows)
+    suppress = getattr(model, "_suppress_idx", None)
+    if suppress is not None:
+        scores = scores.masked_fill(torch.isin(cand, suppress), float("-inf"))
+    best = scores.max(dim=-1, keepdim=True).values
+    # Full-vocabulary argmax returns the lowest token id among equal maxima.
+    return torch.where(scores == best, cand, me.vocab_size).min(dim=-1).values
