@@ -41,6 +41,13 @@ from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
 
+def _gather_rows(src: torch.Tensor, rows: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """``src[rows]``, written into ``dst`` when the dtypes allow (no temporary)."""
+    if src.dtype != dst.dtype:
+        return src[rows]
+    return torch.index_select(src, 0, rows, out=dst)
+
+
 class FrozenKVMTPProposer(Gemma4Proposer):
     """Gemma 4 MTP drafting from one seed row per request over read-only target KV."""
 
@@ -120,6 +127,14 @@ class FrozenKVMTPProposer(Gemma4Proposer):
             self.arange,
             self._no_write_slots,
         )
+        # Gather the seeds straight into rows 0..batch-1 of the drafter's input
+        # buffers; the parent's copies into those buffers then find source ==
+        # destination and return at once.
+        positions = _gather_rows(target_positions, rows, self.positions[:batch])
+        hidden = _gather_rows(target_hidden_states, rows, self.hidden_states[:batch])
+        # The seed of request i is row i: the parent's index ops with this take
+        # views instead of gathers (and a slice write instead of an index_put).
+        seed_rows: Any = slice(0, batch)
         before = self._kv_checksum() if self.frozen_options.kv_guard else None
         self._round_attn_metadata = None
         try:
@@ -128,10 +143,10 @@ class FrozenKVMTPProposer(Gemma4Proposer):
                 # The parent shifts target ids left and then overwrites every sampled
                 # row with next_token_ids; with one row per request only the latter stays.
                 target_token_ids=next_token_ids,
-                target_positions=target_positions[rows],
-                target_hidden_states=target_hidden_states[rows],
+                target_positions=positions,
+                target_hidden_states=hidden,
                 next_token_ids=next_token_ids,
-                token_indices_to_sample=self.arange[:batch],
+                token_indices_to_sample=seed_rows,
                 common_attn_metadata=seed_cad,
                 sampling_metadata=sampling_metadata,
                 mm_embed_inputs=None,
