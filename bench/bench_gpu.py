@@ -303,13 +303,17 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
                 key=lambda r: r["concurrency"],
             ):
                 c = r["concurrency"]
-                none = key.get((run, model, runner, "none", c))
-                mtp = key.get((run, model, runner, "mtp", c))
-                over = r["step_ms"] - none["step_ms"] if none else None
-                mtp_over = mtp["step_ms"] - none["step_ms"] if mtp and none else None
+                base_row = key.get((run, model, runner, "none", c))
+                mtp_row = key.get((run, model, runner, "mtp", c))
+                extra = r["step_ms"] - base_row["step_ms"] if base_row else None
+                mtp_extra = (
+                    mtp_row["step_ms"] - base_row["step_ms"] if mtp_row and base_row else None
+                )
                 cells = [run or "-", model, runner, method, str(c), f"{r['step_ms']:.2f}"]
-                cells.append("-" if over is None else f"{over:+.2f}")
-                cells.append(f"{over / mtp_over:.2f}" if over is not None and mtp_over else "-")
+                cells.append("-" if extra is None else f"{extra:+.2f}")
+                cells.append(
+                    f"{extra / mtp_extra:.2f}" if extra is not None and mtp_extra else "-"
+                )
                 d = r["draft_round_ms"]
                 cells.append("-" if d is None else f"{d:.2f}")
                 out.append("| " + " | ".join(cells) + " |")

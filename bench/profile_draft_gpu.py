@@ -92,7 +92,7 @@ def main() -> None:
     for ka in rounds:
         n = 0
         for e in ka:
-            t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+            t = float(getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0) or 0)
             if t <= 0:
                 continue
             per.setdefault(e.key, []).append(t / 1000)
