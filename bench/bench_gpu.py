@@ -311,9 +311,7 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
                 )
                 cells = [run or "-", model, runner, method, str(c), f"{r['step_ms']:.2f}"]
                 cells.append("-" if extra is None else f"{extra:+.2f}")
-                cells.append(
-                    f"{extra / mtp_extra:.2f}" if extra is not None and mtp_extra else "-"
-                )
+                cells.append(f"{extra / mtp_extra:.2f}" if extra is not None and mtp_extra else "-")
                 d = r["draft_round_ms"]
                 cells.append("-" if d is None else f"{d:.2f}")
                 out.append("| " + " | ".join(cells) + " |")
