@@ -50,7 +50,11 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
         scores = torch.einsum("td,tsd->ts", hidden_states, rows)
     suppress = getattr(model, "_suppress_idx", None)
     if suppress is not None:
-        scores = scores.masked_fill(torch.isin(cand, suppress), float("-inf"))
+        # A vocabulary mask rather than torch.isin, whose sorting path can sync the
+        # host (not allowed in a captured draft round).
+        banned = torch.zeros(me.vocab_size, dtype=torch.bool, device=cand.device)
+        banned.index_fill_(0, suppress, True)
+        scores = scores.masked_fill(banned[cand], float("-inf"))
     best = scores.max(dim=-1, keepdim=True).values
     # Full-vocabulary argmax returns the lowest token id among equal maxima.
     return torch.where(scores == best, cand, me.vocab_size).min(dim=-1).values
