@@ -28,7 +28,7 @@ import torch
 
 def candidate_tokens(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     """``[T, top_k * tokens_per_centroid]`` token ids of each row's top centroids
-    (upstream's candidate set and order)."""
+    (upstream's candidate set and order, without scoring them)."""
     me = masked_embedding
     _, top = torch.topk(me.centroids(hidden_states), k=me.centroid_intermediate_top_k, dim=-1)
     clusters = me.token_ordering.view(me.num_centroids, me.vocab_size_per_centroid)
@@ -38,16 +38,15 @@ def candidate_tokens(masked_embedding: Any, hidden_states: torch.Tensor) -> torc
 def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tensor:
     """Draft token ids as Model Runner V2's default picks them (full-vocabulary
     argmax of the centroid-masked logits, ``suppress_tokens`` excluded, lowest token
-    id on exact ties), scored by ``head``: "sparse" (upstream's row gather and
+    id on exact ties), scored by ``head``: "sparse" (upstream's own row gather and
     batched dot) or "dense" (one GEMM over the whole table)."""
     me = model.masked_embedding
     weight = model._get_full_lm_head_weight()
-    cand = candidate_tokens(me, hidden_states)
     if head == "dense":
+        cand = candidate_tokens(me, hidden_states)
         scores = torch.mm(hidden_states, weight[: me.vocab_size].t()).gather(1, cand)
     else:
-        rows = weight[cand.reshape(-1)].view(cand.shape[0], cand.shape[1], -1)
-        scores = torch.einsum("td,tsd->ts", hidden_states, rows)
+        scores, cand = me._select_and_score(hidden_states, weight)
     suppress = getattr(model, "_suppress_idx", None)
     if suppress is not None:
         # A vocabulary mask rather than torch.isin, whose sorting path can sync the

@@ -16,17 +16,19 @@ def model_runner(llm: Any) -> Any:
     return core.model_executor.driver_worker.worker.model_runner
 
 
-def drafter(llm: Any) -> Any:
-    runner = model_runner(llm)
+def runner_drafter(runner: Any) -> Any:
+    """The drafter of a model runner: ``speculator`` on Model Runner V2, ``drafter`` on V1."""
     return getattr(runner, "speculator", None) or getattr(runner, "drafter", None)
+
+
+def drafter(llm: Any) -> Any:
+    return runner_drafter(model_runner(llm))
 
 
 def worker_drafter_info(worker: Any) -> dict[str, Any]:
     """Drafter class and frozen-KV counters inside a worker process, for
     ``llm.collective_rpc(worker_drafter_info)`` when TP>1 puts the drafter there."""
-    d = getattr(worker.model_runner, "speculator", None) or getattr(
-        worker.model_runner, "drafter", None
-    )
+    d = runner_drafter(worker.model_runner)
     stats = getattr(d, "frozen_stats", None)
     return {"cls": type(d).__name__, "stats": stats.as_dict() if stats is not None else None}
 
