@@ -9,13 +9,13 @@ the target's. Run once per runner, as the other GPU tests.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
+from tests.gpu import GRAPH_KW
 from tests.helpers import drafter, engine, outputs, spec_metrics
 from vllm_frozen_kv_mtp.instrument import acceptance
 
@@ -25,13 +25,7 @@ pytestmark = [
 ]
 
 SCALE = 2.0
-KW: dict[str, Any] = {
-    "compilation_config": {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"},
-    "enforce_eager": False,
-    "kv_cache_memory_bytes": 64 * 1024 * 1024,
-    "kv_cache_dtype": "fp8",
-    "dtype": "float32",
-}
+KW: dict[str, Any] = {**GRAPH_KW, "kv_cache_dtype": "fp8", "dtype": "float32"}
 
 
 @pytest.fixture
@@ -68,12 +62,11 @@ def _draft_scales(llm: Any) -> list[float]:
     return [float(getattr(layers[n], s)) for n in sorted(names) for s in ("_k_scale", "_v_scale")]
 
 
-def test_fp8_kv_drafter_uses_target_scales(calibrated_target_scales: None) -> None:
+def test_fp8_kv_drafter_uses_target_scales(calibrated_target_scales: None, runner: str) -> None:
     from vllm import SamplingParams
 
     from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
 
-    runner = "v1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "v2"
     t, a = trained_pair_paths()
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
     params = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)

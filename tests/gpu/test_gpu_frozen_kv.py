@@ -7,7 +7,6 @@ the drafter leaves the target KV unchanged, and a draft round makes no host sync
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from tests.conftest import pair
+from tests.gpu import GRAPH_KW, KV_BYTES
 from tests.helpers import (
     PROMPTS,
     clear_margin_case,
@@ -31,12 +31,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
-#: CUDA graphs (FULL for uniform decode batches) without torch.compile: compile
-#: adds minutes per engine and does not change what these tests check.
-#: a small KV cache keeps the per-round KV checksums (kv_guard) cheap
-KV_BYTES = 64 * 1024 * 1024
-GRAPHS = {"compilation_config": {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"}}
-
 
 def _params() -> Any:
     from vllm import SamplingParams
@@ -44,18 +38,11 @@ def _params() -> Any:
     return SamplingParams(temperature=0.0, max_tokens=48)
 
 
-@pytest.fixture
-def runner() -> str:
-    """The runner under test, from VLLM_USE_V2_MODEL_RUNNER (vLLM caches its env
-    vars, so run the suite once per runner: =0 for V1, =1 for Model Runner V2)."""
-    return "v1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "v2"
-
-
 @pytest.mark.parametrize("variant", ["fp32-oracle", "trained"])
 def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
     """Clear logit margins (see test_random_weights_match_upstream for why)."""
     target, assistant, prompts, extra = clear_margin_case(variant)
-    kw = dict(GRAPHS, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES, **extra)
+    kw = {**GRAPH_KW, **extra}
     with engine(target, **kw) as llm:
         expected = outputs(llm.generate(prompts, _params(), use_tqdm=False))
     spec = {
@@ -113,7 +100,7 @@ def test_draft_round_makes_no_host_sync(runner: str, method: str) -> None:
     """Count synchronizing CUDA calls inside each draft round (torch sync debug mode)."""
     target, assistant = pair("fp32")
     spec = {"method": method, "model": assistant, "num_speculative_tokens": 3}
-    with engine(target, spec, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES, **GRAPHS) as llm:
+    with engine(target, spec, **GRAPH_KW) as llm:
         d = drafter(llm)
         original = d.propose
         caught: list[str] = []
@@ -145,7 +132,7 @@ def test_random_weights_match_upstream_mtp(runner: str) -> None:
     prompts, identically for upstream mtp). What must hold: frozen_kv_mtp's output is
     exactly upstream mtp's, since both verify the same drafts."""
     target, assistant = pair("fp32")
-    kw = dict(GRAPHS, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES)
+    kw = GRAPH_KW
     res = {}
     for method in ("mtp", "frozen_kv_mtp"):
         spec = {"method": method, "model": assistant, "num_speculative_tokens": 3}
@@ -172,7 +159,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
 
     monkeypatch.setattr(speculator_module, "top_tokens", counted)
     target, assistant = pair("fp32-centroid")
-    kw = dict(GRAPHS, enforce_eager=False, kv_cache_memory_bytes=KV_BYTES)
+    kw = GRAPH_KW
     drafts, outs = {}, {}
     for head in ("upstream", "sparse", "dense"):
         spec = {

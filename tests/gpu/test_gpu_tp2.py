@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.gpu import GRAPH_KW
 from tests.helpers import clear_margin_case, engine, outputs, spec_metrics
 from vllm_frozen_kv_mtp.instrument import acceptance, worker_drafter_info
 
@@ -23,12 +24,7 @@ pytestmark = [
     ),
 ]
 
-KW: dict[str, Any] = {
-    "tensor_parallel_size": 2,
-    "compilation_config": {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"},
-    "enforce_eager": False,
-    "kv_cache_memory_bytes": 64 * 1024 * 1024,
-}
+KW: dict[str, Any] = {**GRAPH_KW, "tensor_parallel_size": 2}
 
 
 @pytest.mark.parametrize("variant", ["fp32-oracle", "trained"])
