@@ -112,29 +112,34 @@ def _spec_drafts(llm: Any) -> int:
     return int(spec_metrics(llm).get("num_drafts", 0))
 
 
-def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
+def random_prompts(rng: random.Random, n: int, length: int, high: int) -> list[Any]:
+    """``n`` token prompts of ``length`` random ids in [10, high): no prefix-cache hits."""
+    from vllm.inputs import TokensPrompt
+
+    return [
+        TokensPrompt(prompt_token_ids=[rng.randrange(10, high) for _ in range(length)])
+        for _ in range(n)
+    ]
+
+
+def shape_engine(
+    model: str, shapes: str, method: str, k: int, **llm_kw: Any
+) -> tuple[Any, dict[str, Any] | None]:
+    """An in-process ``LLM`` on a real Gemma 4 shape with dummy weights (bf16), and the
+    speculative config it got; ``method`` may carry plugin options (see parse_method)."""
     import vllm_frozen_kv_mtp
 
     vllm_frozen_kv_mtp.register()  # not pip-installed on the GPU host
     _fill_dummy_token_ordering()
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
+    from vllm import LLM
 
     from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
 
-    target, assistant = ensure_shape_pair(args.model, args.shapes)
+    target, assistant = ensure_shape_pair(model, shapes)
+    name, options = parse_method(method)
     spec = None
-    method, options = parse_method(args.method)
-    if method != "none":
-        spec = {"method": method, "model": str(assistant), "num_speculative_tokens": args.k}
-        spec.update(options)
-    concurrency = [int(c) for c in args.concurrency.split(",")]
-    ttft_lens = [int(n) for n in args.ttft.split(",") if n]
-    max_len = max([args.prompt_len, *ttft_lens]) + args.tokens + 64
-    kw: dict[str, Any] = {}
-    if args.mode == "graphs":
-        kw["compilation_config"] = {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"}
-    t0 = time.time()
+    if name != "none":
+        spec = {"method": name, "model": str(assistant), "num_speculative_tokens": k, **options}
     llm = LLM(
         model=str(target),
         dtype="bfloat16",
@@ -142,10 +147,30 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
         load_format="dummy",
         skip_tokenizer_init=True,
         disable_log_stats=False,
+        speculative_config=spec,
+        **llm_kw,
+    )
+    return llm, spec
+
+
+def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from vllm import SamplingParams
+
+    concurrency = [int(c) for c in args.concurrency.split(",")]
+    ttft_lens = [int(n) for n in args.ttft.split(",") if n]
+    max_len = max([args.prompt_len, *ttft_lens]) + args.tokens + 64
+    kw: dict[str, Any] = {}
+    if args.mode == "graphs":
+        kw["compilation_config"] = {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"}
+    t0 = time.time()
+    llm, spec = shape_engine(
+        args.model,
+        args.shapes,
+        args.method,
+        args.k,
         max_model_len=max_len,
         max_num_seqs=max(concurrency),
         gpu_memory_utilization=args.mem,
-        speculative_config=spec,
         tensor_parallel_size=args.tp,
         **kw,
     )
@@ -160,10 +185,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     vocab = cfg.model_config.get_vocab_size()
 
     def prompts(n: int, length: int) -> list[Any]:
-        return [
-            TokensPrompt(prompt_token_ids=[rng.randrange(10, vocab) for _ in range(length)])
-            for _ in range(n)
-        ]
+        return random_prompts(rng, n, length, vocab)
 
     def params(n: int) -> Any:
         return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)

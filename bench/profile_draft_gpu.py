@@ -32,34 +32,21 @@ def main() -> None:
 
     import torch
 
-    import vllm_frozen_kv_mtp
-
-    vllm_frozen_kv_mtp.register()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_gpu import _fill_dummy_token_ordering  # type: ignore[import-not-found]
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
+    from bench_gpu import random_prompts, shape_engine  # type: ignore[import-not-found]
+    from vllm import SamplingParams
 
-    from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
     from vllm_frozen_kv_mtp.instrument import drafter
 
-    _fill_dummy_token_ordering()
-    target, assistant = ensure_shape_pair(args.model, args.shapes)
-    llm = LLM(
-        model=str(target),
-        dtype="bfloat16",
-        seed=0,
-        load_format="dummy",
-        skip_tokenizer_init=True,
+    llm, _ = shape_engine(
+        args.model,
+        args.shapes,
+        args.method,
+        3,
         max_model_len=1024,
         max_num_seqs=args.concurrency,
         gpu_memory_utilization=0.5,
         enforce_eager=True,
-        speculative_config={
-            "method": args.method,
-            "model": str(assistant),
-            "num_speculative_tokens": 3,
-        },
     )
     d = drafter(llm)
     original = d.propose
@@ -78,10 +65,7 @@ def main() -> None:
 
     d.propose = propose
     rng = random.Random(0)
-    prompts = [
-        TokensPrompt(prompt_token_ids=[rng.randrange(10, 200000) for _ in range(128)])
-        for _ in range(args.concurrency)
-    ]
+    prompts = random_prompts(rng, args.concurrency, 128, 200000)
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True, detokenize=False)
     llm.generate(prompts, params, use_tqdm=False)  # warm-up
     state["left"] = args.rounds
