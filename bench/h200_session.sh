@@ -44,6 +44,11 @@ lane_b() {
     >$W/test_v2.log 2>&1
 }
 
+summarize() { # all rows so far -> h200.jsonl, h200.json and the report table
+  cat $W/h200_*.jsonl >$W/h200.jsonl 2>/dev/null
+  python bench/bench_gpu.py report $W/h200.jsonl --json $W/h200.json >$W/report.md 2>&1
+}
+
 plan() {
   cd "$REPO" || exit 1
   . .gpu/part2/env.sh
@@ -60,15 +65,13 @@ plan() {
   lane_b &
   wait
   python -m pytest tests/gpu/test_gpu_tp2.py -q -s -rA -p no:cacheprovider >$W/test_tp2.log 2>&1
-  cat $W/h200_*.jsonl >$W/h200.jsonl 2>/dev/null
-  python bench/bench_gpu.py report $W/h200.jsonl --json $W/h200.json >$W/report.md 2>&1
+  summarize
   echo "plan done after $(($(date +%s) - $(cat $W/t0))) s" >$W/DONE
 }
 
 pack() {
   [ -n "${OUT:-}" ] || return 0
-  cat $W/h200_*.jsonl >$W/h200.jsonl 2>/dev/null
-  python bench/bench_gpu.py report $W/h200.jsonl --json $W/h200.json >$W/report.md 2>&1
+  summarize
   tar -C /tmp --exclude h200/shapes --exclude h200/plugin --exclude h200/repo -czf "$OUT/h200.tgz" h200 2>/dev/null
   cp $W/report.md $W/h200.json "$OUT/" 2>/dev/null
 }
