@@ -29,7 +29,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from vllm_frozen_kv_mtp.demo import resolve_pair  # noqa: E402
+from vllm_frozen_kv_mtp.demo import resolve_pair, tiny_llm  # noqa: E402
 from vllm_frozen_kv_mtp.prompts import CODE_PROMPTS  # noqa: E402
 
 METHODS = ("none", "mtp", "frozen_kv_mtp")
@@ -41,7 +41,7 @@ def serve_method(args: argparse.Namespace) -> None:
     """Child process: one engine, one method; runs the parent's commands (one JSON
     line each on stdin) and answers each with a ``RESULT`` JSON line."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     from vllm_frozen_kv_mtp.instrument import (
         DrafterProbe,
@@ -55,18 +55,7 @@ def serve_method(args: argparse.Namespace) -> None:
     spec = None
     if args.method != "none":
         spec = {"method": args.method, "model": assistant, "num_speculative_tokens": args.k}
-    dtype = "bfloat16" if "bf16" in target else "float32"
-    llm = LLM(
-        target,
-        dtype=dtype,
-        max_model_len=1024,
-        max_num_seqs=8,
-        enforce_eager=True,
-        kv_cache_memory_bytes=args.kv_mib << 20,
-        disable_log_stats=False,
-        seed=0,
-        speculative_config=spec,
-    )
+    llm = tiny_llm(target, spec, kv_cache_memory_bytes=args.kv_mib << 20)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     probe = DrafterProbe().attach(drafter(llm)) if spec else None
 

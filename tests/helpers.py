@@ -26,11 +26,9 @@ ENGINE_DEFAULTS: dict[str, Any] = dict(
 
 def make_llm(target: str, spec: dict[str, Any] | None = None, **kwargs: Any) -> Any:
     """An in-process ``LLM`` (VLLM_ENABLE_V1_MULTIPROCESSING=0 is set by conftest)."""
-    from vllm import LLM
+    from vllm_frozen_kv_mtp.demo import tiny_llm
 
-    dtype = "bfloat16" if "bf16" in target else "float32"
-    args = {**ENGINE_DEFAULTS, "dtype": dtype, **kwargs}
-    return LLM(target, speculative_config=spec, **args)
+    return tiny_llm(target, spec, **{**ENGINE_DEFAULTS, **kwargs})
 
 
 @contextlib.contextmanager

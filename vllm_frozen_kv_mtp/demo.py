@@ -42,25 +42,31 @@ def resolve_pair(name: str, models: str) -> tuple[str, str]:
     return str(t), str(a)
 
 
+def tiny_llm(target: str, spec: dict[str, Any] | None, **kwargs: Any) -> Any:
+    """An in-process ``LLM`` on a tiny pair (demo, bench-cpu, tests): fp32 unless the
+    directory says bf16, eager, vLLM's stats on; ``kwargs`` override any setting."""
+    from vllm import LLM
+
+    args: dict[str, Any] = dict(
+        dtype="bfloat16" if "bf16" in target else "float32",
+        max_model_len=1024,
+        max_num_seqs=8,
+        enforce_eager=True,
+        disable_log_stats=False,
+        seed=0,
+    )
+    args.update(kwargs)
+    return LLM(target, speculative_config=spec, **args)
+
+
 def _run(target: str, spec: dict[str, Any] | None, max_tokens: int) -> dict[str, Any]:
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     from vllm_frozen_kv_mtp.instrument import acceptance, spec_metrics
 
     label = spec["method"] if spec else "no speculation"
     print(f"[demo] starting engine ({label}) ...", flush=True)
-    dtype = "bfloat16" if "bf16" in target else "float32"
-    llm = LLM(
-        target,
-        dtype=dtype,
-        max_model_len=1024,
-        max_num_seqs=8,
-        enforce_eager=True,
-        gpu_memory_utilization=0.2,
-        disable_log_stats=False,
-        seed=0,
-        speculative_config=spec,
-    )
+    llm = tiny_llm(target, spec, gpu_memory_utilization=0.2)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     llm.generate(PROMPTS[:2], params, use_tqdm=False)  # warm-up
     t = time.perf_counter()
