@@ -37,6 +37,19 @@ def _localize(cmd: str, port: int) -> str:
     return cmd
 
 
+def _run_documented(cmd: str, port: int, timeout: float) -> str:
+    """Run a documented shell command against this test's server; its stdout."""
+    return subprocess.run(
+        _localize(cmd, port),
+        shell=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    ).stdout
+
+
 def test_readme_cpu_server_command(tmp_path: Path) -> None:
     pair("fp32")  # the README uses the tiny pair that `make fixtures` builds
     lines = _readme_serving_lines()
@@ -50,27 +63,11 @@ def test_readme_cpu_server_command(tmp_path: Path) -> None:
     srv = start_server("", log_path=tmp_path / "readme.log", argv=argv, port=port, cwd=REPO)
     try:
         srv.wait_ready(timeout=600)
-        completion = subprocess.run(
-            _localize(curls[0], port),
-            shell=True,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        ).stdout
+        completion = _run_documented(curls[0], port, timeout=120)
         data = json.loads(completion)
         assert data["usage"]["completion_tokens"] == 16
         assert data["choices"][0]["text"]
-        metric = subprocess.run(
-            _localize(curls[1], port),
-            shell=True,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        metric = _run_documented(curls[1], port, timeout=60)
         assert float(metric.split()[-1]) > 0, metric  # draft tokens were proposed
         assert re.search(r"frozen_kv_mtp: .*proposer active", srv.log_text())
         # the server, its engine core and the worker: the shutdown check below means something
