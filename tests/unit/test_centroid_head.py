@@ -88,3 +88,19 @@ def test_dense_head_scores_the_same_dot_products() -> None:
     picked = logits.gather(1, top_tokens(model16, h16, "dense")[:, None]).squeeze(1)
     best = logits.max(dim=-1).values
     assert torch.all(best - picked <= best.abs() * 2**-7 + 1e-6)
+
+
+@pytest.mark.parametrize("head", ["sparse", "dense"])
+def test_non_finite_rows_still_get_a_real_token_id(head: str) -> None:
+    """Padded CUDA-graph rows hold stale hidden states (NaN is possible); the next
+    draft step embeds whatever token they get, so it must be a valid id (the H200
+    run hit a device-side assert in the embedding lookup before this was handled).
+    Finite rows keep V2's pick."""
+    model = _model(torch.float32, [5])
+    h = torch.randn(6, DIM, generator=torch.Generator().manual_seed(4))
+    h[2] = float("nan")
+    h[4, 3] = float("nan")
+    got = top_tokens(model, h, head)
+    assert bool(((got >= 0) & (got < VOCAB)).all()), got
+    finite = torch.tensor([0, 1, 3, 5])
+    assert torch.equal(got[finite], _v2_pick(model, h)[finite])
