@@ -7,8 +7,9 @@
 One engine per process (in-process engine core, `VLLM_ENABLE_V1_MULTIPROCESSING=0`).
 Weights are random (`load_format="dummy"`), so drafts are ~never accepted: what is
 measured is the cost of speculation per engine step (draft round + verify), which
-is what acceptance then pays back. Per concurrency c it times a 1-token run
-(prefill) and an N-token run of c requests; ms/step = decode time / engine steps.
+is what acceptance then pays back. Per concurrency c it warms up with a full N-token
+run, times a 1-token run (prefill) and then N-token runs of c requests (--repeats,
+median); ms/step = decode time / engine steps. TTFT rows keep their raw samples.
 The draft-round time is measured with CUDA events around the drafter's `propose`
 (recorded on the stream; read after the run, so no sync is added to the round).
 """
@@ -201,31 +202,38 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for c in concurrency:
         batch = prompts(c, args.prompt_len)
-        llm.generate(batch, params(16), use_tqdm=False)  # warm-up
+        # Warm-up over the same lengths as the timed runs: a shape first seen while
+        # timing (a kernel specialised or JIT-compiled on first use) would land in
+        # one method's numbers and not another's.
+        llm.generate(batch, params(args.tokens), use_tqdm=False)
         t = time.perf_counter()
         llm.generate(batch, params(1), use_tqdm=False)
         prefill = time.perf_counter() - t
-        drafts0 = _spec_drafts(llm)
         if timer:
             timer.pairs.clear()
             timer.enabled = True
-        t = time.perf_counter()
-        llm.generate(batch, params(args.tokens), use_tqdm=False)
-        total = time.perf_counter() - t
+        step_samples = []
+        for _ in range(args.repeats):  # median of repeats: one stray spike can't skew it
+            drafts0 = _spec_drafts(llm)
+            t = time.perf_counter()
+            llm.generate(batch, params(args.tokens), use_tqdm=False)
+            decode = max(time.perf_counter() - t - prefill, 1e-9)
+            steps = (_spec_drafts(llm) - drafts0) / c if spec else args.tokens - 1
+            step_samples.append(1000 * decode / max(steps, 1))
         if timer:
             timer.enabled = False
-        decode = max(total - prefill, 1e-9)
-        steps = (_spec_drafts(llm) - drafts0) / c if spec else args.tokens - 1
+        step_ms = statistics.median(step_samples)
         draft_ms = timer.median_ms() if timer else None
         row = dict(
             base,
             concurrency=c,
             prompt_len=args.prompt_len,
-            step_ms=round(1000 * decode / max(steps, 1), 3),
+            step_ms=round(step_ms, 3),
             draft_round_ms=None if draft_ms is None else round(draft_ms, 3),
-            decode_tok_s=round(c * (args.tokens - 1) / decode, 1),
+            decode_tok_s=round(c * (args.tokens - 1) / (step_ms * steps / 1000), 1),
             ttft_ms=None,
             steps=round(steps, 1),
+            step_ms_samples=[round(x, 3) for x in step_samples],
             **info,
         )
         print("ROW", json.dumps(row), flush=True)
@@ -247,6 +255,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             draft_round_ms=None,
             decode_tok_s=None,
             ttft_ms=round(1000 * statistics.median(times), 2),
+            ttft_ms_samples=[round(1000 * x, 2) for x in times],
             **info,
         )
         print("ROW", json.dumps(row), flush=True)
@@ -390,6 +399,9 @@ def main() -> None:
         p.add_argument("--ttft", default="1024,8192", help="prompt lengths for TTFT (c=1)")
         p.add_argument("--ttft-repeats", type=int, default=5)
         p.add_argument(
+            "--repeats", type=int, default=3, help="timed decode runs per concurrency (median)"
+        )
+        p.add_argument(
             "--mode",
             choices=["default", "graphs"],
             default="default",
@@ -421,6 +433,7 @@ def main() -> None:
                     "tokens",
                     "ttft",
                     "ttft_repeats",
+                    "repeats",
                     "mode",
                     "mem",
                     "shapes",

@@ -8,40 +8,80 @@
 #      RUN, the label stored in the rows; V2_TESTS, a pytest -k expression; LATE_S)
 #   bash bench/h200_session.sh wait 560     # follow it up to 560 s; pack logs into $OUT
 #
-# Plan (two lanes, one GPU each; then both GPUs):
+#     (more env: PROFILES="frozen_kv_mtp:centroid_head=dense@32 ...", kernel profiles of a
+#      draft round; BENCH_31B=0 skips 31B on one GPU; RUN_26B=1 tries 26B-A4B)
+#
+# Plan with two GPUs (two lanes, one GPU each; then both GPUs):
 #   lane A, GPU 0: E4B benchmark (none/mtp/frozen_kv_mtp, compiled), V1-runner GPU tests,
-#                  then 26B-A4B (CUDA graphs only) if the plan is still early
+#                  draft-round profiles
 #   lane B, GPU 1: 31B benchmark (compiled), Model Runner V2 GPU tests
 #   both GPUs:     TP=2 tests
+# With one GPU (kind nvidia-h200), one after another: E4B benchmark, V2 tests, V1 tests,
+# profiles, then 31B unless the plan is past LATE_S seconds.
 # Everything lands in /tmp/h200 (results h200_*.jsonl, one log per step).
 set -u
 W=/tmp/h200
 REPO=$(pwd)
 
-lane_a() {
-  CUDA_VISIBLE_DEVICES=0 python bench/bench_gpu.py all --models E4B \
+late() { # true once the plan has run longer than LATE_S (later steps are skipped)
+  [ $(($(date +%s) - $(cat $W/t0))) -ge "${LATE_S:-840}" ]
+}
+
+bench_e4b() {
+  CUDA_VISIBLE_DEVICES=$1 python bench/bench_gpu.py all --models E4B \
     --methods "${E4B_METHODS:-frozen_kv_mtp,mtp,none}" --shapes $W/shapes \
     --out $W/h200_E4B.jsonl --run "${RUN:-A}" \
     >$W/bench_E4B.log 2>&1
-  CUDA_VISIBLE_DEVICES=0 VLLM_USE_V2_MODEL_RUNNER=0 python -m pytest tests/gpu -q -s -rA \
+}
+
+bench_31b() {
+  CUDA_VISIBLE_DEVICES=$1 python bench/bench_gpu.py all --models 31B \
+    --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_31B.jsonl --run "${RUN:-A}" \
+    >$W/bench_31B.log 2>&1
+}
+
+bench_26b() { # the bundle lacks the MoE kernels (BENCHMARKS.md); only with RUN_26B=1
+  CUDA_VISIBLE_DEVICES=$1 python bench/bench_gpu.py all --models 26B-A4B --mode graphs \
+    --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_26B.jsonl --run "${RUN:-A}" \
+    >$W/bench_26B.log 2>&1
+}
+
+tests_v1() {
+  CUDA_VISIBLE_DEVICES=$1 VLLM_USE_V2_MODEL_RUNNER=0 python -m pytest tests/gpu -q -s -rA \
     -p no:cacheprovider --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v1.log 2>&1
-  if [ $(($(date +%s) - $(cat $W/t0))) -lt "${LATE_S:-840}" ]; then
-    CUDA_VISIBLE_DEVICES=0 python bench/bench_gpu.py all --models 26B-A4B --mode graphs \
-      --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_26B.jsonl --run "${RUN:-A}" \
-      >$W/bench_26B.log 2>&1
-  else
-    echo "skipped: plan too late" >$W/bench_26B.log
-  fi
+}
+
+tests_v2() {
+  CUDA_VISIBLE_DEVICES=$1 VLLM_USE_V2_MODEL_RUNNER=1 python -m pytest tests/gpu -q -s -rA \
+    -p no:cacheprovider -k "${V2_TESTS:-greedy or fp8 or centroid}" \
+    --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v2.log 2>&1
+}
+
+profiles() { # PROFILES="method@concurrency ...": eager kernel breakdowns of a draft round
+  for spec in ${PROFILES:-}; do
+    CUDA_VISIBLE_DEVICES=$1 python bench/profile_draft_gpu.py --shapes $W/shapes \
+      --method "${spec%@*}" --concurrency "${spec#*@}" >>$W/profile.log 2>&1
+  done
+}
+
+lane_a() {
+  bench_e4b 0
+  tests_v1 0
+  profiles 0
+  if [ "${RUN_26B:-0}" = 1 ] && ! late; then bench_26b 0; fi
 }
 
 lane_b() {
-  CUDA_VISIBLE_DEVICES=1 python bench/bench_gpu.py all --models 31B \
-    --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_31B.jsonl --run "${RUN:-A}" \
-    >$W/bench_31B.log 2>&1
-  CUDA_VISIBLE_DEVICES=1 VLLM_USE_V2_MODEL_RUNNER=1 python -m pytest tests/gpu -q -s -rA \
-    -p no:cacheprovider -k "${V2_TESTS:-greedy or fp8 or centroid}" \
-    --ignore=tests/gpu/test_gpu_tp2.py \
-    >$W/test_v2.log 2>&1
+  bench_31b 1
+  tests_v2 1
+}
+
+serial() { # one GPU: the E4B numbers first, then the tests, then 31B if time is left
+  bench_e4b 0
+  tests_v2 0
+  tests_v1 0
+  profiles 0
+  if [ "${BENCH_31B:-1}" = 1 ] && ! late; then bench_31b 0; else echo "skipped" >$W/bench_31B.log; fi
 }
 
 summarize() { # all rows so far -> h200.jsonl, h200.json and the report table
@@ -61,10 +101,14 @@ plan() {
   export PYTHONPATH=$W/plugin:$REPO:$PYTHONPATH TORCHINDUCTOR_COMPILE_THREADS=8
   date +%s >$W/t0
   nvidia-smi --query-gpu=index,name,memory.total --format=csv >$W/gpus.txt 2>&1
-  lane_a &
-  lane_b &
-  wait
-  python -m pytest tests/gpu/test_gpu_tp2.py -q -s -rA -p no:cacheprovider >$W/test_tp2.log 2>&1
+  if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+    lane_a &
+    lane_b &
+    wait
+    python -m pytest tests/gpu/test_gpu_tp2.py -q -s -rA -p no:cacheprovider >$W/test_tp2.log 2>&1
+  else
+    serial
+  fi
   summarize
   echo "plan done after $(($(date +%s) - $(cat $W/t0))) s" >$W/DONE
 }
@@ -79,6 +123,7 @@ pack() {
 progress() {
   echo "== $(($(date +%s) - $(cat $W/t0 2>/dev/null || date +%s))) s into the plan"
   grep -h '^ROW' $W/bench_*.log 2>/dev/null | cut -c1-220 | tail -n 40
+  grep -h '^PROFILE' $W/profile.log 2>/dev/null | cut -c1-400
   for f in $W/test_*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 4 "$f"; }; done
   for f in $W/bench_*.log; do
     [ -f "$f" ] && grep -h -m3 -E 'Error|error:|Traceback' "$f" | sed "s|^|$f: |"
