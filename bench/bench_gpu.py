@@ -95,6 +95,21 @@ class DraftTimer:
         return statistics.median(s.elapsed_time(e) for s, e in self.pairs)
 
 
+class StepCounter:
+    """Counts engine steps (``LLMEngine.step`` calls), e.g. per 1-token request."""
+
+    def __init__(self, llm: Any) -> None:
+        self.calls = 0
+        engine = llm.llm_engine
+        original = engine.step
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        engine.step = step
+
+
 def parse_method(text: str) -> tuple[str, dict[str, Any]]:
     """``"frozen_kv_mtp:centroid_head=dense/kv_guard=false"`` -> method and options."""
     method, _, rest = text.partition(":")
@@ -182,6 +197,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     # With TP>1 the drafter lives in worker processes: no draft-round timer then.
     timer = DraftTimer(drafter(llm)) if spec and args.tp == 1 else None
+    counter = StepCounter(llm)
     rng = random.Random(0)
     vocab = cfg.model_config.get_vocab_size()
 
@@ -241,12 +257,21 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     for n in ttft_lens:
         one = prompts(1, n)
         llm.generate(one, params(1), use_tqdm=False)  # warm-up at this length
-        times = []
+        times, engine_steps = [], []
+        if timer:  # the draft round(s) a 1-token request still pays after its prefill
+            timer.pairs.clear()
+            timer.enabled = True
         for _ in range(args.ttft_repeats):
             one = prompts(1, n)  # fresh tokens: no prefix-cache hit
+            steps0 = counter.calls
             t = time.perf_counter()
             llm.generate(one, params(1), use_tqdm=False)
             times.append(time.perf_counter() - t)
+            engine_steps.append(counter.calls - steps0)
+        if timer:
+            timer.enabled = False
+        ttft_draft = timer.median_ms() if timer else None
+        rounds = len(timer.pairs) / args.ttft_repeats if timer else None
         row = dict(
             base,
             concurrency=1,
@@ -256,6 +281,9 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             decode_tok_s=None,
             ttft_ms=round(1000 * statistics.median(times), 2),
             ttft_ms_samples=[round(1000 * x, 2) for x in times],
+            ttft_draft_ms=None if ttft_draft is None else round(ttft_draft, 3),
+            ttft_draft_rounds=rounds,
+            ttft_engine_steps=engine_steps,
             **info,
         )
         print("ROW", json.dumps(row), flush=True)
