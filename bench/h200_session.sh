@@ -5,11 +5,13 @@
 #
 #   bash bench/h200_session.sh start        # launch the plan, return at once
 #     (env: E4B_METHODS, e.g. "frozen_kv_mtp,frozen_kv_mtp:centroid_head=dense,mtp,none";
+#      E4B_RUNNERS, "v2" (default) or "v2 v1" for the V1 runner as well;
 #      RUN, the label stored in the rows; V2_TESTS, a pytest -k expression; LATE_S)
 #   bash bench/h200_session.sh wait 560     # follow it up to 560 s; pack logs into $OUT
 #
 #     (more env: PROFILES="frozen_kv_mtp:centroid_head=dense@32 ...", kernel profiles of a
-#      draft round; BENCH_31B=0 skips 31B on one GPU; RUN_26B=1 tries 26B-A4B)
+#      draft round; BENCH_31B=0 skips 31B on one GPU; RUN_26B=1 tries 26B-A4B;
+#      TESTS="v2" runs only the V2 GPU tests on one GPU, TESTS="" none)
 #
 # Plan with two GPUs (two lanes, one GPU each; then both GPUs):
 #   lane A, GPU 0: E4B benchmark (none/mtp/frozen_kv_mtp, compiled), V1-runner GPU tests,
@@ -27,11 +29,14 @@ late() { # true once the plan has run longer than LATE_S (later steps are skippe
   [ $(($(date +%s) - $(cat $W/t0))) -ge "${LATE_S:-840}" ]
 }
 
-bench_e4b() {
-  CUDA_VISIBLE_DEVICES=$1 python bench/bench_gpu.py all --models E4B \
-    --methods "${E4B_METHODS:-frozen_kv_mtp,mtp,none}" --shapes $W/shapes \
-    --out $W/h200_E4B.jsonl --run "${RUN:-A}" \
-    >$W/bench_E4B.log 2>&1
+bench_e4b() { # E4B_RUNNERS="v2 v1": Model Runner V2 (the GPU default), then V1
+  for runner in ${E4B_RUNNERS:-v2}; do
+    CUDA_VISIBLE_DEVICES=$1 VLLM_USE_V2_MODEL_RUNNER=$([ "$runner" = v1 ] && echo 0 || echo 1) \
+      python bench/bench_gpu.py all --models E4B \
+      --methods "${E4B_METHODS:-frozen_kv_mtp,mtp,none}" --shapes $W/shapes \
+      --out $W/h200_E4B.jsonl --run "${RUN:-A}" \
+      >>$W/bench_E4B.log 2>&1
+  done
 }
 
 bench_31b() {
@@ -78,8 +83,8 @@ lane_b() {
 
 serial() { # one GPU: the E4B numbers first, then the tests, then 31B if time is left
   bench_e4b 0
-  tests_v2 0
-  tests_v1 0
+  case " ${TESTS:-v2 v1} " in *" v2 "*) tests_v2 0 ;; esac
+  case " ${TESTS:-v2 v1} " in *" v1 "*) tests_v1 0 ;; esac
   profiles 0
   if [ "${BENCH_31B:-1}" = 1 ] && ! late; then bench_31b 0; else echo "skipped" >$W/bench_31B.log; fi
 }
