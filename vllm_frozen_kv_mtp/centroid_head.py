@@ -14,7 +14,9 @@ full-vocabulary tensor:
   the candidates' scores. It reads the table once per step whatever the batch size,
   instead of copying ``T * 4096`` rows, so it should pay off at larger batches. The
   dot products are the same; only the summation order differs, which can flip a
-  near-tie. Drafts are verified, so output is lossless either way.
+  near-tie. Drafts are verified, so output is lossless either way;
+* ``auto``: ``dense`` for CUDA-graph buckets of at least ``AUTO_DENSE_MIN_ROWS`` rows,
+  upstream's head below (see ``head_for_rows``).
 
 Measured on the H200 (BENCHMARKS.md, run C): both heads shorten the draft round (dense:
 2.35 -> 1.21 ms at E4B c=128), yet the whole decode step was slower in that run, so the
@@ -26,6 +28,20 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+#: "auto" scores with "dense" from this many rows up, and leaves smaller batches to
+#: upstream's head. On the H200 (E4B, run C) the dense round was longer at c<=8
+#: (reading the whole table costs more than gathering a few rows' candidates) and
+#: shorter from c=32 (1.01 vs 1.15 ms; 1.21 vs 2.35 at c=128).
+AUTO_DENSE_MIN_ROWS = 32
+
+
+def head_for_rows(head: str, rows: int) -> str:
+    """The head that scores a batch of ``rows`` draft rows. ``rows`` is a Python int
+    (a CUDA-graph bucket size), so the choice is fixed per captured graph."""
+    if head == "auto":
+        return "dense" if rows >= AUTO_DENSE_MIN_ROWS else "upstream"
+    return head
 
 
 def candidate_tokens(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:

@@ -68,7 +68,7 @@ class FrozenKVMTPConfigError(ValueError):
 
 
 #: values of the ``centroid_head`` option (see centroid_head.py)
-CENTROID_HEADS = ("upstream", "sparse", "dense")
+CENTROID_HEADS = ("upstream", "sparse", "dense", "auto")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ class FrozenKVOptions:
     #: (a debugging guard: it syncs with the device, so keep it off in production)
     kv_guard: bool = False
     #: how Model Runner V2 picks draft tokens from a centroid head (E2B/E4B assistants):
-    #: "upstream" (vLLM's full-vocabulary argmax), "sparse" or "dense"; see centroid_head.py
+    #: "upstream" (vLLM's full-vocabulary argmax), "sparse", "dense" or "auto" (dense
+    #: for graph buckets of at least AUTO_DENSE_MIN_ROWS rows); see centroid_head.py
     centroid_head: str = "upstream"
 
     @classmethod

@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 import torch
 
-from vllm_frozen_kv_mtp.centroid_head import candidate_tokens, top_tokens
+from vllm_frozen_kv_mtp.centroid_head import (
+    AUTO_DENSE_MIN_ROWS,
+    candidate_tokens,
+    head_for_rows,
+    top_tokens,
+)
 
 VOCAB, CENTROIDS, TOP_K, DIM = 4096, 64, 4, 32
 
@@ -104,3 +109,12 @@ def test_non_finite_rows_still_get_a_real_token_id(head: str) -> None:
     assert bool(((got >= 0) & (got < VOCAB)).all()), got
     finite = torch.tensor([0, 1, 3, 5])
     assert torch.equal(got[finite], _v2_pick(model, h)[finite])
+
+
+def test_auto_head_is_dense_for_large_buckets_only() -> None:
+    assert head_for_rows("auto", 1) == "upstream"
+    assert head_for_rows("auto", AUTO_DENSE_MIN_ROWS - 1) == "upstream"
+    assert head_for_rows("auto", AUTO_DENSE_MIN_ROWS) == "dense"
+    assert head_for_rows("auto", 512) == "dense"
+    for head in ("upstream", "sparse", "dense"):
+        assert head_for_rows(head, 1) == head_for_rows(head, 512) == head
