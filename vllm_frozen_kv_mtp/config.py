@@ -314,7 +314,9 @@ def translate_speculative_config(
         raise FrozenKVMTPConfigError(
             f"centroid_head must be one of {', '.join(CENTROID_HEADS)}, got "
             f"{options.centroid_head!r}.",
-            'pass "upstream" (the default), "sparse" or "dense".',
+            "pass one of "
+            + ", ".join(f'"{h}"' for h in CENTROID_HEADS)
+            + ' ("upstream" is the default).',
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated.update(method="mtp", model=model, num_speculative_tokens=k)

@@ -245,4 +245,5 @@ def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
         {"method": "frozen_kv_mtp", "model": assistant, "centroid_head": "fast"},
         "centroid_head",
         '"sparse"',
+        '"auto"',
     )
