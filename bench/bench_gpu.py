@@ -30,6 +30,9 @@ from typing import Any
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_profile import StepWindowProfiler, profile_call  # noqa: E402
 
 METHODS = ("none", "mtp", "frozen_kv_mtp")
 FIELDS = (
@@ -198,6 +201,9 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     # With TP>1 the drafter lives in worker processes: no draft-round timer then.
     timer = DraftTimer(drafter(llm)) if spec and args.tp == 1 else None
     counter = StepCounter(llm)
+    profile_at = {int(c) for c in args.profile_at.split(",") if c}
+    profile_ttft = {int(n) for n in args.profile_ttft.split(",") if n}
+    window = StepWindowProfiler(llm) if profile_at else None
     rng = random.Random(0)
     vocab = cfg.model_config.get_vocab_size()
 
@@ -252,6 +258,11 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             step_ms_samples=[round(x, 3) for x in step_samples],
             **info,
         )
+        if window is not None and c in profile_at:
+            # Decode steps 4..19 of a 32-token run: kernel time vs wall per step.
+            window.arm(4, 16)
+            llm.generate(batch, params(32), use_tqdm=False)
+            row["profile"] = window.result
         print("ROW", json.dumps(row), flush=True)
         rows.append(row)
     for n in ttft_lens:
@@ -286,6 +297,11 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             ttft_engine_steps=engine_steps,
             **info,
         )
+        if n in profile_ttft:  # one more fresh request, profiled end to end
+            fresh = prompts(1, n)
+            row["ttft_profile"] = profile_call(
+                lambda: llm.generate(fresh, params(1), use_tqdm=False)  # noqa: B023
+            )
         print("ROW", json.dumps(row), flush=True)
         rows.append(row)
     return rows
@@ -435,6 +451,14 @@ def main() -> None:
             default="default",
             help="default: torch.compile + CUDA graphs; graphs: CUDA graphs only",
         )
+        p.add_argument(
+            "--profile-at",
+            default="",
+            help="concurrencies whose decode steps are also profiled (kernel vs wall ms)",
+        )
+        p.add_argument(
+            "--profile-ttft", default="", help="TTFT prompt lengths also profiled end to end"
+        )
         p.add_argument("--mem", type=float, default=0.85)
         p.add_argument("--shapes", default="models/shapes")
         p.add_argument("--out", default="bench/results/h200.jsonl")
@@ -463,6 +487,8 @@ def main() -> None:
                     "ttft_repeats",
                     "repeats",
                     "mode",
+                    "profile_at",
+                    "profile_ttft",
                     "mem",
                     "shapes",
                     "out",

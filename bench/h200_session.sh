@@ -11,7 +11,9 @@
 #
 #     (more env: PROFILES="frozen_kv_mtp:centroid_head=dense@32 ...", kernel profiles of a
 #      draft round; BENCH_31B=0 skips 31B on one GPU; RUN_26B=1 tries 26B-A4B;
-#      TESTS="v2" runs only the V2 GPU tests on one GPU, TESTS="" none)
+#      TESTS="v2" runs only the V2 GPU tests on one GPU, TESTS="" none, TESTS_FIRST=1
+#      runs them before the E4B benchmark; E4B_ARGS, extra bench_gpu.py flags such as
+#      "--profile-at 32,128 --profile-ttft 1024")
 #
 # Plan with two GPUs (two lanes, one GPU each; then both GPUs):
 #   lane A, GPU 0: E4B benchmark (none/mtp/frozen_kv_mtp, compiled), V1-runner GPU tests,
@@ -34,7 +36,7 @@ bench_e4b() { # E4B_RUNNERS="v2 v1": Model Runner V2 (the GPU default), then V1
     CUDA_VISIBLE_DEVICES=$1 VLLM_USE_V2_MODEL_RUNNER=$([ "$runner" = v1 ] && echo 0 || echo 1) \
       python bench/bench_gpu.py all --models E4B \
       --methods "${E4B_METHODS:-frozen_kv_mtp,mtp,none}" --shapes $W/shapes \
-      --out $W/h200_E4B.jsonl --run "${RUN:-A}" \
+      --out $W/h200_E4B.jsonl --run "${RUN:-A}" ${E4B_ARGS:-} \
       >>$W/bench_E4B.log 2>&1
   done
 }
@@ -81,10 +83,11 @@ lane_b() {
   tests_v2 1
 }
 
-serial() { # one GPU: the E4B numbers first, then the tests, then 31B if time is left
-  bench_e4b 0
+serial() { # one GPU: the E4B numbers, the tests (first with TESTS_FIRST=1), then 31B if time is left
+  [ "${TESTS_FIRST:-0}" = 1 ] || bench_e4b 0
   case " ${TESTS:-v2 v1} " in *" v2 "*) tests_v2 0 ;; esac
   case " ${TESTS:-v2 v1} " in *" v1 "*) tests_v1 0 ;; esac
+  [ "${TESTS_FIRST:-0}" = 1 ] && bench_e4b 0
   profiles 0
   if [ "${BENCH_31B:-1}" = 1 ] && ! late; then bench_31b 0; else echo "skipped" >$W/bench_31B.log; fi
 }

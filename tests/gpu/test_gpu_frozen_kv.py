@@ -144,24 +144,30 @@ def test_random_weights_match_upstream_mtp(runner: str) -> None:
 def test_v2_centroid_heads_draft_what_upstream_drafts(
     runner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The centroid_head options ("sparse", "dense") change how Model Runner V2 scores
-    draft tokens, not which: every round's drafts equal the default head's (fp32)."""
+    """The centroid_head options ("sparse", "dense", "auto") change how Model Runner V2
+    scores draft tokens, not which: every round's drafts equal the default head's
+    (fp32). 40 requests at once put the first rounds in a >=32-row graph bucket, where
+    "auto" scores with "dense"; the later, smaller rounds use upstream's head."""
     if runner != "v2":
         pytest.skip("centroid_head applies to Model Runner V2")
     import vllm_frozen_kv_mtp.speculator as speculator_module
+    from vllm_frozen_kv_mtp.centroid_head import AUTO_DENSE_MIN_ROWS
 
-    calls: list[str] = []
+    calls: dict[str, list[tuple[str, int]]] = {}
     original_top_tokens = speculator_module.top_tokens
+    head = "upstream"
 
-    def counted(model: Any, hidden: torch.Tensor, head: str) -> torch.Tensor:
-        calls.append(head)  # at capture time for graph replays, every time in eager
-        return original_top_tokens(model, hidden, head)
+    def counted(model: Any, hidden: torch.Tensor, scored_by: str) -> torch.Tensor:
+        # at capture time for graph replays, every time in eager
+        calls.setdefault(head, []).append((scored_by, hidden.shape[0]))
+        return original_top_tokens(model, hidden, scored_by)
 
     monkeypatch.setattr(speculator_module, "top_tokens", counted)
     target, assistant = pair("fp32-centroid")
-    kw = GRAPH_KW
+    prompts = [f"{p} # {i}" for i in range(3) for p in PROMPTS][:40]
+    kw = {**GRAPH_KW, "max_num_seqs": len(prompts)}
     drafts, outs = {}, {}
-    for head in ("upstream", "sparse", "dense"):
+    for head in ("upstream", "sparse", "dense", "auto"):
         spec = {
             "method": "frozen_kv_mtp",
             "model": assistant,
@@ -169,10 +175,18 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
             "centroid_head": head,
         }
         with engine(target, spec, **kw) as llm, record_drafts(llm) as rounds:
-            outs[head] = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
+            outs[head] = outputs(llm.generate(prompts, _params(), use_tqdm=False))
             drafts[head] = list(rounds)
     print({h: sum(len(r) for r in d) for h, d in drafts.items()}, "draft rows per head")
-    assert {"sparse", "dense"} <= set(calls)
+    assert "upstream" not in calls
+    assert {h for h, _ in calls["sparse"]} == {"sparse"}
+    assert {h for h, _ in calls["dense"]} == {"dense"}
+    # "auto": dense for the large buckets only; the small ones never reach top_tokens.
+    assert calls["auto"] and all(
+        h == "dense" and rows >= AUTO_DENSE_MIN_ROWS for h, rows in calls["auto"]
+    )
+    assert max(len(r) for r in drafts["auto"]) >= AUTO_DENSE_MIN_ROWS
     assert drafts["sparse"] == drafts["upstream"]
     assert drafts["dense"] == drafts["upstream"]
-    assert outs["sparse"] == outs["dense"] == outs["upstream"]
+    assert drafts["auto"] == drafts["upstream"]
+    assert outs["sparse"] == outs["dense"] == outs["auto"] == outs["upstream"]
