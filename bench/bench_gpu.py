@@ -258,11 +258,6 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             step_ms_samples=[round(x, 3) for x in step_samples],
             **info,
         )
-        if window is not None and c in profile_at:
-            # Decode steps 4..19 of a 32-token run: kernel time vs wall per step.
-            window.arm(4, 16)
-            llm.generate(batch, params(32), use_tqdm=False)
-            row["profile"] = window.result
         print("ROW", json.dumps(row), flush=True)
         rows.append(row)
     for n in ttft_lens:
@@ -297,13 +292,26 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             ttft_engine_steps=engine_steps,
             **info,
         )
-        if n in profile_ttft:  # one more fresh request, profiled end to end
+        print("ROW", json.dumps(row), flush=True)
+        rows.append(row)
+    # Profiles last: a profiler session can leave CUPTI hooks behind that would
+    # disturb any timing taken after it.
+    for row in rows:
+        c, n = row["concurrency"], row["prompt_len"]
+        if window is not None and row["step_ms"] is not None and c in profile_at:
+            # Decode steps 4..19 of a 32-token run: kernel time vs wall per step.
+            window.arm(4, 16)
+            llm.generate(prompts(c, n), params(32), use_tqdm=False)
+            row["profile"] = window.result
+        elif row["ttft_ms"] is not None and n in profile_ttft:
+            # One more fresh request, profiled end to end.
             fresh = prompts(1, n)
             row["ttft_profile"] = profile_call(
                 lambda: llm.generate(fresh, params(1), use_tqdm=False)  # noqa: B023
             )
-        print("ROW", json.dumps(row), flush=True)
-        rows.append(row)
+        else:
+            continue
+        print("PROFILE", json.dumps(row), flush=True)
     return rows
 
 
@@ -390,21 +398,63 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
                 d = r["draft_round_ms"]
                 cells.append("-" if d is None else f"{d:.2f}")
                 out.append("| " + " | ".join(cells) + " |")
+    profiled = [r for r in rows if r.get("profile")]
+    if profiled:
+        out += [
+            "",
+            "GPU kernel time per decode step (profiled window, summed kernels; wall under "
+            "the profiler is not a timing):",
+            "",
+            "| run | model | runner | method | c | ms/step (timed) | kernel ms/step | "
+            "kernel overhead | overhead / mtp's |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        kern = {
+            (r.get("run", ""), r["model"], r["runner"], r["method"], r["concurrency"]): r[
+                "profile"
+            ]["kernel_ms"]
+            for r in profiled
+        }
+        for r in sorted(
+            profiled, key=lambda r: (r.get("run", ""), r["model"], r["concurrency"], r["method"])
+        ):
+            run, c = r.get("run", ""), r["concurrency"]
+            k = r["profile"]["kernel_ms"]
+            base_k = kern.get((run, r["model"], r["runner"], "none", c))
+            mtp_k = kern.get((run, r["model"], r["runner"], "mtp", c))
+            extra = k - base_k if base_k is not None and r["method"] != "none" else None
+            mtp_extra = mtp_k - base_k if mtp_k is not None and base_k is not None else None
+            cells = [run or "-", r["model"], r["runner"], r["method"], str(c)]
+            cells += [f"{r['step_ms']:.2f}", f"{k:.2f}"]
+            cells.append("-" if extra is None else f"{extra:+.2f}")
+            cells.append(f"{extra / mtp_extra:.2f}" if extra is not None and mtp_extra else "-")
+            out.append("| " + " | ".join(cells) + " |")
     ttft = [r for r in rows if r["ttft_ms"] is not None]
     if ttft:
         out += [
             "",
             "| run | model | runner | prompt | none TTFT ms | mtp TTFT ms | frozen TTFT ms | "
-            "frozen - mtp ms |",
-            "|---|---|---|---|---|---|---|---|",
+            "frozen - mtp ms | TTFT samples (none / mtp / frozen) | mtp draft ms | "
+            "frozen draft ms |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         tk = {
-            (r.get("run", ""), r["model"], r["runner"], r["method"], r["prompt_len"]): r["ttft_ms"]
+            (r.get("run", ""), r["model"], r["runner"], r["method"], r["prompt_len"]): r
             for r in ttft
         }
         runs = sorted({(r.get("run", ""), r["model"], r["runner"], r["prompt_len"]) for r in ttft})
+
+        def spread(r: dict[str, Any] | None) -> str:
+            xs = (r or {}).get("ttft_ms_samples")
+            return f"{min(xs):.0f}-{max(xs):.0f}" if xs else "-"
+
+        def draft(r: dict[str, Any] | None) -> str:
+            d = (r or {}).get("ttft_draft_ms")
+            return "-" if d is None else f"{d:.2f}"
+
         for run, model, runner, n in runs:
-            v = {m: tk.get((run, model, runner, m, n)) for m in METHODS}
+            g = {m: tk.get((run, model, runner, m, n)) for m in METHODS}
+            v = {m: (g[m] or {}).get("ttft_ms") for m in METHODS}
             diff = (
                 f"{v['frozen_kv_mtp'] - v['mtp']:+.2f}"
                 if v["frozen_kv_mtp"] is not None and v["mtp"] is not None
@@ -413,7 +463,8 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
             cells = (
                 [run or "-", model, runner, str(n)]
                 + ["-" if v[m] is None else f"{v[m]:.2f}" for m in METHODS]
-                + [diff]
+                + [diff, " / ".join(spread(g[m]) for m in METHODS)]
+                + [draft(g["mtp"]), draft(g["frozen_kv_mtp"])]
             )
             out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
