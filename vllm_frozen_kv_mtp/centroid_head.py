@@ -15,12 +15,14 @@ full-vocabulary tensor:
   instead of copying ``T * 4096`` rows, so it should pay off at larger batches. The
   dot products are the same; only the summation order differs, which can flip a
   near-tie. Drafts are verified, so output is lossless either way;
-* ``auto``: ``dense`` for CUDA-graph buckets of at least ``AUTO_DENSE_MIN_ROWS`` rows,
-  upstream's head below (see ``head_for_rows``).
+* ``auto`` (the default): ``dense`` for CUDA-graph buckets of at least
+  ``AUTO_DENSE_MIN_ROWS`` rows, upstream's head below (see ``head_for_rows``).
 
-Measured on the H200 (BENCHMARKS.md, run C): both heads shorten the draft round (dense:
-2.35 -> 1.21 ms at E4B c=128), yet the whole decode step was slower in that run, so the
-option stays ``upstream`` by default.
+Measured on the H200 (BENCHMARKS.md, run D, E4B shape): ``auto`` cuts the GPU time of
+a whole decode step by 0.12 ms at c=32 and 1.07 ms at c=128 (profiled kernel sums;
+the draft round goes 2.35 -> 1.21 ms at c=128) and leaves c<=8 on upstream's head.
+Run C (one timed run after a short warm-up) had shown whole steps slower with
+``dense``; run D (full-length warm-up, median of 3, profiled) does not reproduce it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from typing import Any
 import torch
 
 #: "auto" scores with "dense" from this many rows up, and leaves smaller batches to
-#: upstream's head. On the H200 (E4B, run C) the dense round was longer at c<=8
+#: upstream's head. On the H200 (E4B, runs C and D) the dense round was longer at c<=8
 #: (reading the whole table costs more than gathering a few rows' candidates) and
-#: shorter from c=32 (1.01 vs 1.15 ms; 1.21 vs 2.35 at c=128).
+#: shorter from c=32 (1.02 vs 1.15 ms; 1.21 vs 2.35 at c=128).
 AUTO_DENSE_MIN_ROWS = 32
 
 

@@ -79,9 +79,10 @@ class FrozenKVOptions:
     #: (a debugging guard: it syncs with the device, so keep it off in production)
     kv_guard: bool = False
     #: how Model Runner V2 picks draft tokens from a centroid head (E2B/E4B assistants):
-    #: "upstream" (vLLM's full-vocabulary argmax), "sparse", "dense" or "auto" (dense
-    #: for graph buckets of at least AUTO_DENSE_MIN_ROWS rows); see centroid_head.py
-    centroid_head: str = "upstream"
+    #: "auto" (default: dense for graph buckets of at least AUTO_DENSE_MIN_ROWS rows,
+    #: upstream's below; on the V1 runner, V1's own head), "upstream" (vLLM's
+    #: full-vocabulary argmax), "sparse" or "dense"; see centroid_head.py
+    centroid_head: str = "auto"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FrozenKVOptions:
@@ -316,7 +317,7 @@ def translate_speculative_config(
             f"{options.centroid_head!r}.",
             "pass one of "
             + ", ".join(f'"{h}"' for h in CENTROID_HEADS)
-            + ' ("upstream" is the default).',
+            + f' ("{FrozenKVOptions.centroid_head}" is the default).',
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated.update(method="mtp", model=model, num_speculative_tokens=k)

@@ -63,7 +63,7 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         )
         self._round_attn_metadata: tuple[list[object], dict[str, object]] | None = None
         logger.info("frozen_kv_mtp: V1 proposer active (one seed row per request)")
-        if options.centroid_head != "upstream":
+        if options.centroid_head not in ("auto", "upstream"):
             logger.warning(
                 "frozen_kv_mtp: centroid_head=%r applies to Model Runner V2 only; the V1 "
                 "runner already drafts with a sparse centroid argmax",

@@ -48,7 +48,7 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
     assert cfg.speculative_config.num_speculative_tokens == 3
     assert cfg.additional_config["frozen_kv_mtp"] == {
         "kv_guard": False,
-        "centroid_head": "upstream",
+        "centroid_head": "auto",
         "num_speculative_tokens": 3,
     }
 
