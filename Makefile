@@ -35,6 +35,9 @@ $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -e '.[cpu,test]' $(PIP_QUIET)
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton $(PIP_QUIET)
+	# Triton in a folder of its own, off the venv's path: tests/unit/test_seed_rows.py runs
+	# the seed-row kernel in Triton's CPU interpreter from it (the GPU bundle's version).
+	$(PIP) install -q --no-deps --target $(VENV)/triton-interpreter 'triton==3.6.0' $(PIP_QUIET)
 	$(PY) -c "import vllm, transformers; print('vllm', vllm.__version__, '| transformers', transformers.__version__)"
 	touch $(STAMP)
 

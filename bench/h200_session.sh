@@ -60,7 +60,7 @@ tests_v1() {
 
 tests_v2() {
   CUDA_VISIBLE_DEVICES=$1 VLLM_USE_V2_MODEL_RUNNER=1 python -m pytest tests/gpu -q -s -rA \
-    -p no:cacheprovider -k "${V2_TESTS:-greedy or fp8 or centroid}" \
+    -p no:cacheprovider -k "${V2_TESTS:-greedy or fp8 or centroid or seed}" \
     --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v2.log 2>&1
 }
 

@@ -29,6 +29,7 @@ from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
 from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
+from vllm_frozen_kv_mtp.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
@@ -100,44 +101,33 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         last_sampled: torch.Tensor,
         next_prefill_tokens: torch.Tensor,
     ) -> None:
-        """Write one seed row per request into the decode buffers (device ops only)."""
-        n = input_batch.num_reqs
+        """Write one seed row per request into the decode buffers (one device launch)."""
         buffers = self.input_buffers
-        rejected = num_rejected[:n]
-        # Last accepted row of each request in the target batch.
-        last = (input_batch.query_start_loc[1 : n + 1] - 1 - rejected).long()
-        req_state = input_batch.idx_mapping[:n]
-        # Both are indexed by request-state slot; their leading storage row is the one
-        # vLLM's own prepare kernel reads ([max_reqs, 1] and [lookahead, max_reqs]).
-        bonus = torch.where(
-            num_sampled[:n] > 0,
-            last_sampled.reshape(-1)[req_state].to(buffers.input_ids.dtype),
-            next_prefill_tokens.reshape(-1)[req_state].to(buffers.input_ids.dtype),
+        load_seed_rows(
+            SeedInputs(
+                num_reqs=input_batch.num_reqs,
+                query_start_loc=input_batch.query_start_loc,
+                positions=input_batch.positions,
+                seq_lens=input_batch.seq_lens,
+                idx_mapping=input_batch.idx_mapping,
+                hidden_states=hidden_states,
+                num_sampled=num_sampled,
+                num_rejected=num_rejected,
+                # Both are indexed by request-state slot; their leading storage row is
+                # the one vLLM's own prepare kernel reads ([max_reqs, 1], [lookahead, max_reqs]).
+                last_sampled=last_sampled,
+                next_prefill_tokens=next_prefill_tokens,
+            ),
+            SeedBuffers(
+                input_ids=buffers.input_ids,
+                positions=buffers.positions,
+                seq_lens=buffers.seq_lens,
+                query_start_loc=buffers.query_start_loc,
+                hidden_states=self.hidden_states,
+                sample_src_positions=self.sample_src_positions,
+                draft_step=self.current_draft_step,
+            ),
         )
-        positions = input_batch.positions[last]
-        buffers.input_ids[:n] = bonus
-        buffers.positions[:n] = positions
-        self.hidden_states[:n] = hidden_states[last]
-        # Sampling is keyed by the position before the sampled token (as upstream).
-        self.sample_src_positions[:n] = positions + 1
-        # Attention over the committed prefix only: keys at positions <= last accepted.
-        buffers.seq_lens[:n] = (input_batch.seq_lens[:n] - rejected).to(buffers.seq_lens.dtype)
-        buffers.seq_lens[n:] = 0  # padded graph rows read nothing
-        qsl = buffers.query_start_loc
-        torch.clamp(self._arange_qsl[: qsl.shape[0]], max=n, out=qsl)
-        self.current_draft_step.zero_()
-
-    @property
-    def _arange_qsl(self) -> torch.Tensor:
-        arange = getattr(self, "_frozen_arange", None)
-        if arange is None:
-            arange = torch.arange(
-                self.input_buffers.query_start_loc.shape[0],
-                dtype=self.input_buffers.query_start_loc.dtype,
-                device=self.device,
-            )
-            self._frozen_arange = arange
-        return arange
 
     @torch.inference_mode()
     def propose(  # type: ignore[override]
