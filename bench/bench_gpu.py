@@ -494,7 +494,7 @@ def main() -> None:
         p.add_argument("--ttft", default="1024,8192", help="prompt lengths for TTFT (c=1)")
         p.add_argument("--ttft-repeats", type=int, default=5)
         p.add_argument(
-            "--repeats", type=int, default=3, help="timed decode runs per concurrency (median)"
+            "--repeats", type=int, default=5, help="timed decode runs per concurrency (median)"
         )
         p.add_argument(
             "--mode",
