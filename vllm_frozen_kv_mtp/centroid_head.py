@@ -15,6 +15,10 @@ full-vocabulary tensor:
   instead of copying ``T * 4096`` rows, so it should pay off at larger batches. The
   dot products are the same; only the summation order differs, which can flip a
   near-tie. Drafts are verified, so output is lossless either way;
+* ``fused`` (opt-in, not yet measured on a GPU): Triton kernels that read each
+  selected centroid's embedding rows once and keep only the best (score, token id),
+  so neither the gathered rows nor a score tensor is ever written
+  (``centroid_kernel.py``);
 * ``auto`` (the default): ``dense`` for CUDA-graph buckets of at least
   ``AUTO_DENSE_MIN_ROWS`` rows, upstream's head below (see ``head_for_rows``).
 
@@ -30,6 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported, fused_top_tokens
 
 #: "auto" scores with "dense" from this many rows up, and leaves smaller batches to
 #: upstream's head. On the H200 (E4B, runs C and D) the dense round was longer at c<=8
@@ -59,15 +65,23 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
     """Draft token ids as Model Runner V2's default picks them (full-vocabulary
     argmax of the centroid-masked logits, ``suppress_tokens`` excluded, lowest token
     id on exact ties), scored by ``head``: "sparse" (upstream's own row gather and
-    batched dot) or "dense" (one GEMM over the whole table)."""
+    batched dot), "dense" (one GEMM over the whole table) or "fused" (two Triton
+    launches, see centroid_kernel.py; "dense" where Triton or its layout is missing)."""
     me = model.masked_embedding
     weight = model._get_full_lm_head_weight()
-    if head == "dense":
+    suppress = getattr(model, "_suppress_idx", None)
+    if head == "fused" and fused_head_supported(me.vocab_size_per_centroid):
+        _, top = torch.topk(me.centroids(hidden_states), k=me.centroid_intermediate_top_k, dim=-1)
+        picked = fused_top_tokens(
+            hidden_states, weight, me.token_ordering, top, me.vocab_size_per_centroid, suppress
+        )
+        if picked is not None:
+            return picked
+    if head in ("dense", "fused"):  # "fused" without Triton or with odd cluster sizes
         cand = candidate_tokens(me, hidden_states)
         scores = torch.mm(hidden_states, weight[: me.vocab_size].t()).gather(1, cand)
     else:
         scores, cand = me._select_and_score(hidden_states, weight)
-    suppress = getattr(model, "_suppress_idx", None)
     if suppress is not None:
         # A vocabulary mask rather than torch.isin, whose sorting path can sync the
         # host (not allowed in a captured draft round).

@@ -68,7 +68,7 @@ class FrozenKVMTPConfigError(ValueError):
 
 
 #: values of the ``centroid_head`` option (see centroid_head.py)
-CENTROID_HEADS = ("upstream", "sparse", "dense", "auto")
+CENTROID_HEADS = ("upstream", "sparse", "dense", "fused", "auto")
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class FrozenKVOptions:
     #: how Model Runner V2 picks draft tokens from a centroid head (E2B/E4B assistants):
     #: "auto" (default: dense for graph buckets of at least AUTO_DENSE_MIN_ROWS rows,
     #: upstream's below; on the V1 runner, V1's own head), "upstream" (vLLM's
-    #: full-vocabulary argmax), "sparse" or "dense"; see centroid_head.py
+    #: full-vocabulary argmax), "sparse", "dense" or "fused"; see centroid_head.py
     centroid_head: str = "auto"
 
     @classmethod

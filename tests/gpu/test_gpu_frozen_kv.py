@@ -65,6 +65,10 @@ def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
         assert d.frozen_stats.seed_rows > 0
     print(f"{runner} {variant}: {acceptance(m)}")
     assert got == expected
+    if runner == "v2":
+        import vllm_frozen_kv_mtp.seed_rows as seed_rows
+
+        assert seed_rows.FALLBACKS == 0, "the seed-row kernel fell back to torch ops"
     assert single == expected[:4]
     assert m["num_drafts"] > 0
     if variant == "fp32-oracle":
@@ -144,7 +148,7 @@ def test_random_weights_match_upstream_mtp(runner: str) -> None:
 def test_v2_centroid_heads_draft_what_upstream_drafts(
     runner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The centroid_head options ("sparse", "dense", "auto") change how Model Runner V2
+    """The centroid_head options ("sparse", "dense", "fused", "auto") change how Model Runner V2
     scores draft tokens, not which: every round's drafts equal the default head's
     (fp32). 40 requests at once put the first rounds in a >=32-row graph bucket, where
     "auto" scores with "dense"; the later, smaller rounds use upstream's head."""
@@ -167,7 +171,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     prompts = [f"{p} # {i}" for i in range(3) for p in PROMPTS][:40]
     kw = {**GRAPH_KW, "max_num_seqs": len(prompts)}
     drafts, outs = {}, {}
-    for head in ("upstream", "sparse", "dense", "auto"):
+    for head in ("upstream", "sparse", "dense", "fused", "auto"):
         spec = {
             "method": "frozen_kv_mtp",
             "model": assistant,
@@ -181,6 +185,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     assert "upstream" not in calls
     assert {h for h, _ in calls["sparse"]} == {"sparse"}
     assert {h for h, _ in calls["dense"]} == {"dense"}
+    assert {h for h, _ in calls["fused"]} == {"fused"}
     # "auto": dense for the large buckets only; the small ones never reach top_tokens.
     assert calls["auto"] and all(
         h == "dense" and rows >= AUTO_DENSE_MIN_ROWS for h, rows in calls["auto"]
@@ -188,5 +193,11 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     assert max(len(r) for r in drafts["auto"]) >= AUTO_DENSE_MIN_ROWS
     assert drafts["sparse"] == drafts["upstream"]
     assert drafts["dense"] == drafts["upstream"]
+    import vllm_frozen_kv_mtp.centroid_kernel as centroid_kernel
+    import vllm_frozen_kv_mtp.seed_rows as seed_rows
+
+    assert centroid_kernel.FALLBACKS == 0, "the fused head fell back to dense"
+    assert seed_rows.FALLBACKS == 0, "the seed-row kernel fell back to torch ops"
+    assert drafts["fused"] == drafts["upstream"]
     assert drafts["auto"] == drafts["upstream"]
-    assert outs["sparse"] == outs["dense"] == outs["auto"] == outs["upstream"]
+    assert outs["sparse"] == outs["dense"] == outs["fused"] == outs["auto"] == outs["upstream"]

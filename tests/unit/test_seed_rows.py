@@ -29,7 +29,7 @@ def make_case(
     buffers for eight, with vLLM's dtypes and a strided hidden-state view."""
     g = torch.Generator().manual_seed(seed)
     query_lens = [1, 4, 4, 2, 3]
-    n, max_reqs, hidden = len(query_lens), 8, 40
+    n, max_reqs, hidden = len(query_lens), 8, 1100  # hidden: two blocks of 1024
     qsl = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
     num_tokens = int(qsl[-1])
     ctx = torch.randint(5, 50, (n,), generator=g)
@@ -98,12 +98,13 @@ print("kernel matches torch")
 """
 
 
-def test_triton_kernel_writes_what_the_torch_path_writes() -> None:
+def run_in_triton_interpreter(code: str) -> str:
+    """Run ``code`` in a subprocess that has Triton, in interpreter mode (CPU); its stdout."""
     assert TRITON_DIR.is_dir(), f"{TRITON_DIR} is missing: run `make install`"
     env = dict(os.environ, TRITON_INTERPRET="1")
     env["PYTHONPATH"] = os.pathsep.join([str(TRITON_DIR), str(REPO), env.get("PYTHONPATH", "")])
     out = subprocess.run(
-        [sys.executable, "-c", _KERNEL_CHECK],
+        [sys.executable, "-c", code],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -111,4 +112,8 @@ def test_triton_kernel_writes_what_the_torch_path_writes() -> None:
         timeout=300,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
-    assert "kernel matches torch" in out.stdout
+    return out.stdout
+
+
+def test_triton_kernel_writes_what_the_torch_path_writes() -> None:
+    assert "kernel matches torch" in run_in_triton_interpreter(_KERNEL_CHECK)

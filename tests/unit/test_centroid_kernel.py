@@ -1,0 +1,78 @@
+"""``centroid_head="fused"``: the Triton kernels pick what the torch heads pick.
+
+Runs the kernels in Triton's CPU interpreter, in a subprocess with the Triton folder
+``make install`` sets aside (see test_seed_rows.py); vLLM is not imported there, so the
+embedder is a stand-in with the attributes the heads read (``_model`` below). That the
+torch heads equal vLLM's own pick is shown in test_centroid_head.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from tests.unit.test_seed_rows import run_in_triton_interpreter
+
+VOCAB, CENTROIDS, TOP_K, DIM = 2048, 32, 4, 160  # DIM: 3 blocks of 64, the last partial
+
+
+def _model(seed: int, suppress: list[int] | None) -> Any:
+    """A centroid-masked head: VOCAB tokens in CENTROIDS clusters of 64, padded table."""
+    g = torch.Generator().manual_seed(seed)
+    centroids = torch.nn.Linear(DIM, CENTROIDS, bias=False)
+    with torch.no_grad():
+        centroids.weight.copy_(torch.randn(CENTROIDS, DIM, generator=g))
+    me = SimpleNamespace(
+        centroids=centroids,
+        token_ordering=torch.randperm(VOCAB, generator=g),
+        num_centroids=CENTROIDS,
+        vocab_size=VOCAB,
+        vocab_size_per_centroid=VOCAB // CENTROIDS,
+        centroid_intermediate_top_k=TOP_K,
+    )
+    weight = torch.randn(VOCAB + 5, DIM, generator=g)
+    return SimpleNamespace(
+        masked_embedding=me,
+        _suppress_idx=torch.tensor(suppress) if suppress else None,
+        _get_full_lm_head_weight=lambda: weight[:VOCAB],
+    )
+
+
+def check() -> None:
+    """Run inside the interpreter subprocess."""
+    from vllm_frozen_kv_mtp.centroid_head import candidate_tokens, top_tokens
+    from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported
+
+    assert fused_head_supported(VOCAB // CENTROIDS)
+    with torch.no_grad():
+        for seed in range(3):
+            h = torch.randn(9, DIM, generator=torch.Generator().manual_seed(100 + seed))
+            want = top_tokens(_model(seed, None), h, "dense")
+            assert torch.equal(top_tokens(_model(seed, None), h, "fused"), want), seed
+            # Suppress the picks of a few rows: they must move to another candidate.
+            banned = want[:3].tolist()
+            model = _model(seed, banned)
+            got = top_tokens(model, h, "fused")
+            assert torch.equal(got, top_tokens(model, h, "dense")), seed
+            assert not set(got.tolist()) & set(banned)
+        # Exact ties: the lowest token id wins, wherever it sits among the candidates.
+        model = _model(7, None)
+        h = torch.randn(2, DIM, generator=torch.Generator().manual_seed(7))
+        row = candidate_tokens(model.masked_embedding, h)[0].tolist()
+        i, j = next(
+            (i, j) for i in range(len(row)) for j in range(i + 1, len(row)) if row[i] > row[j]
+        )
+        weight = model._get_full_lm_head_weight()
+        weight[row[i]] = weight[row[j]] = h[0] * 10
+        assert top_tokens(model, h, "fused")[0].item() == row[j] == top_tokens(model, h, "dense")[0]
+        # Rows of NaN (stale padded graph rows) still get a real token id.
+        h[1] = float("nan")
+        assert 0 <= top_tokens(model, h, "fused")[1].item() < VOCAB
+    print("fused head matches")
+
+
+def test_fused_head_picks_what_the_dense_head_picks() -> None:
+    out = run_in_triton_interpreter("from tests.unit.test_centroid_kernel import check; check()")
+    assert "fused head matches" in out

