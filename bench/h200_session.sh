@@ -20,8 +20,9 @@
 #                  draft-round profiles
 #   lane B, GPU 1: 31B benchmark (compiled), Model Runner V2 GPU tests
 #   both GPUs:     TP=2 tests
-# With one GPU (kind nvidia-h200), one after another: E4B benchmark, V2 tests, V1 tests,
-# profiles, then 31B unless the plan is past LATE_S seconds.
+# With one GPU (kind nvidia-h200), one after another: centroid heads alone
+# (bench/heads_gpu.py), E4B benchmark, V2 tests, V1 tests, profiles, then 31B unless the
+# plan is past LATE_S seconds.
 # Everything lands in /tmp/h200 (results h200_*.jsonl, one log per step).
 set -u
 W=/tmp/h200
@@ -64,6 +65,11 @@ tests_v2() {
     --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v2.log 2>&1
 }
 
+heads() { # centroid heads alone, E4B head shape (seconds; HEADS=0 skips)
+  [ "${HEADS:-1}" = 1 ] || return 0
+  CUDA_VISIBLE_DEVICES=$1 python bench/heads_gpu.py --json $W/h200_heads.json >$W/heads.log 2>&1
+}
+
 profiles() { # PROFILES="method@concurrency ...": eager kernel breakdowns of a draft round
   for spec in ${PROFILES:-}; do
     CUDA_VISIBLE_DEVICES=$1 python bench/profile_draft_gpu.py --shapes $W/shapes \
@@ -72,6 +78,7 @@ profiles() { # PROFILES="method@concurrency ...": eager kernel breakdowns of a d
 }
 
 lane_a() {
+  heads 0
   bench_e4b 0
   tests_v1 0
   profiles 0
@@ -84,6 +91,7 @@ lane_b() {
 }
 
 serial() { # one GPU: the E4B numbers, the tests (first with TESTS_FIRST=1), then 31B if time is left
+  heads 0
   [ "${TESTS_FIRST:-0}" = 1 ] || bench_e4b 0
   case " ${TESTS:-v2 v1} " in *" v2 "*) tests_v2 0 ;; esac
   case " ${TESTS:-v2 v1} " in *" v1 "*) tests_v1 0 ;; esac
@@ -125,13 +133,14 @@ pack() {
   [ -n "${OUT:-}" ] || return 0
   summarize
   tar -C /tmp --exclude h200/shapes --exclude h200/plugin --exclude h200/repo -czf "$OUT/h200.tgz" h200 2>/dev/null
-  cp $W/report.md $W/h200.json "$OUT/" 2>/dev/null
+  cp $W/report.md $W/h200.json $W/h200_heads.json "$OUT/" 2>/dev/null
 }
 
 progress() {
   echo "== $(($(date +%s) - $(cat $W/t0 2>/dev/null || date +%s))) s into the plan"
   grep -h '^ROW' $W/bench_*.log 2>/dev/null | cut -c1-220 | tail -n 40
   grep -h '^PROFILE' $W/profile.log 2>/dev/null | cut -c1-400
+  grep -h -A8 '^| rows' $W/heads.log 2>/dev/null
   for f in $W/test_*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 4 "$f"; }; done
   for f in $W/bench_*.log; do
     [ -f "$f" ] && grep -h -m3 -E 'Error|error:|Traceback' "$f" | sed "s|^|$f: |"

@@ -1,0 +1,124 @@
+"""Per-step cost of each centroid head on CUDA, alone (no engine): E2B/E4B assistant head
+shape (256 wide, 262144 tokens, 2048 centroids, top 32), random bf16 weights.
+
+    python bench/heads_gpu.py --rows 1,8,32,128 --json bench/results/h200_heads.json
+
+For each head and row count it captures one head call in a CUDA graph (as the draft
+round does), replays it, and prints the median microseconds per call, plus how often
+each head's pick equals upstream's (Model Runner V2's default: centroid-masked
+full-vocabulary logits, then argmax). Heads: upstream, sparse, dense, fused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+HEADS = ("upstream", "sparse", "dense", "fused")
+
+
+def build(dim: int, vocab: int, centroids: int, top_k: int, seed: int = 0) -> Any:
+    import torch
+    from vllm.model_executor.models.gemma4_mtp import Gemma4MTPMaskedEmbedder
+
+    g = torch.Generator().manual_seed(seed)
+    me = Gemma4MTPMaskedEmbedder(dim, vocab, centroids, top_k)
+    with torch.no_grad():
+        me.centroids.weight.copy_(torch.randn(centroids, dim, generator=g) * dim**-0.5)
+        me.token_ordering.copy_(torch.randperm(vocab, generator=g))
+    me = me.to("cuda", torch.bfloat16)
+    weight = (torch.randn(vocab, dim, generator=g) * dim**-0.5).to("cuda", torch.bfloat16)
+    return SimpleNamespace(
+        masked_embedding=me, _suppress_idx=None, _get_full_lm_head_weight=lambda: weight
+    )
+
+
+def head_fn(model: Any, head: str) -> Any:
+    from vllm.model_executor.models.gemma4_mtp import Gemma4MTP
+
+    from vllm_frozen_kv_mtp.centroid_head import top_tokens
+
+    if head == "upstream":
+        return lambda h: Gemma4MTP.compute_logits(model, h).argmax(dim=-1)
+    return lambda h: top_tokens(model, h, head)
+
+
+def time_graph(fn: Any, h: Any, replays: int) -> tuple[float, Any]:
+    """Median microseconds per replay of a graph holding one ``fn(h)``, and its output."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # warm-up: Triton JIT, cuBLAS handles
+            fn(h)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(h)
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(1000 * start.elapsed_time(end) / replays)
+    return statistics.median(times), out.clone()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rows", default="1,8,32,128")
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--vocab", type=int, default=262144)
+    ap.add_argument("--centroids", type=int, default=2048)
+    ap.add_argument("--top-k", type=int, default=32)
+    ap.add_argument("--replays", type=int, default=200)
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args()
+
+    import torch
+
+    import vllm_frozen_kv_mtp.centroid_kernel as centroid_kernel
+
+    model = build(args.dim, args.vocab, args.centroids, args.top_k)
+    rows_out: list[dict[str, Any]] = []
+    with torch.inference_mode():
+        for rows in (int(r) for r in args.rows.split(",")):
+            h = torch.randn(rows, args.dim, device="cuda", dtype=torch.bfloat16)
+            picks: dict[str, Any] = {}
+            for head in HEADS:
+                us, picks[head] = time_graph(head_fn(model, head), h, args.replays)
+                row = {"rows": rows, "head": head, "us_per_call": round(us, 2)}
+                row["same_as_upstream"] = round(
+                    float((picks[head] == picks["upstream"]).float().mean()), 4
+                )
+                print("ROW", json.dumps(row), flush=True)
+                rows_out.append(row)
+    if centroid_kernel.FALLBACKS:
+        print("WARNING: the fused head fell back to dense; its rows time dense", flush=True)
+    print("\n| rows | " + " | ".join(f"{h} us" for h in HEADS) + " |")
+    print("|---|" + "---|" * len(HEADS))
+    for rows in sorted({r["rows"] for r in rows_out}):
+        cells = [
+            f"{r['us_per_call']:.1f}"
+            for h in HEADS
+            for r in rows_out
+            if r["rows"] == rows and r["head"] == h
+        ]
+        print(f"| {rows} | " + " | ".join(cells) + " |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows_out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
