@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -83,6 +84,7 @@ def test_torch_path_loads_the_last_accepted_row_of_each_request() -> None:
 
 _KERNEL_CHECK = """
 import torch
+from dataclasses import fields
 from tests.unit.test_seed_rows import make_case
 from vllm_frozen_kv_mtp.seed_rows import load_seed_rows_torch, load_seed_rows_triton
 from dataclasses import fields
@@ -117,3 +119,44 @@ def run_in_triton_interpreter(code: str) -> str:
 
 def test_triton_kernel_writes_what_the_torch_path_writes() -> None:
     assert "kernel matches torch" in run_in_triton_interpreter(_KERNEL_CHECK)
+
+
+def test_v2_speculator_hands_vllm_buffers_to_the_loader() -> None:
+    """``FrozenKVMTPSpeculator._load_seed`` wires vLLM's batch and its own graph buffers
+    into the loader (CPU tensors: the torch path), field for field."""
+    from types import SimpleNamespace
+
+    from vllm_frozen_kv_mtp.speculator import FrozenKVMTPSpeculator
+
+    src, want = make_case(3)
+    _, got = make_case(3)
+    load_seed_rows_torch(src, want)
+    spec = SimpleNamespace(
+        input_buffers=SimpleNamespace(
+            input_ids=got.input_ids,
+            positions=got.positions,
+            seq_lens=got.seq_lens,
+            query_start_loc=got.query_start_loc,
+        ),
+        hidden_states=got.hidden_states,
+        sample_src_positions=got.sample_src_positions,
+        current_draft_step=got.draft_step,
+    )
+    batch = SimpleNamespace(
+        num_reqs=src.num_reqs,
+        query_start_loc=src.query_start_loc,
+        positions=src.positions,
+        seq_lens=src.seq_lens,
+        idx_mapping=src.idx_mapping,
+    )
+    FrozenKVMTPSpeculator._load_seed(
+        spec,  # type: ignore[arg-type]
+        batch,
+        src.hidden_states,
+        src.num_sampled,
+        src.num_rejected,
+        src.last_sampled,
+        src.next_prefill_tokens,
+    )
+    for f in fields(want):
+        assert torch.equal(getattr(want, f.name), getattr(got, f.name)), f.name
