@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_profile import StepWindowProfiler, profile_call  # noqa: E402
+from gpu_profile import StepCounter, StepWindowProfiler, profile_call  # noqa: E402
 
 METHODS = ("none", "mtp", "frozen_kv_mtp")
 FIELDS = (
@@ -96,21 +96,6 @@ class DraftTimer:
             return None
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in self.pairs)
-
-
-class StepCounter:
-    """Counts engine steps (``LLMEngine.step`` calls), e.g. per 1-token request."""
-
-    def __init__(self, llm: Any) -> None:
-        self.calls = 0
-        engine = llm.llm_engine
-        original = engine.step
-
-        def step(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return original(*args, **kwargs)
-
-        engine.step = step
 
 
 def parse_method(text: str) -> tuple[str, dict[str, Any]]:
@@ -203,7 +188,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     counter = StepCounter(llm)
     profile_at = {int(c) for c in args.profile_at.split(",") if c}
     profile_ttft = {int(n) for n in args.profile_ttft.split(",") if n}
-    window = StepWindowProfiler(llm) if profile_at else None
+    window = StepWindowProfiler(counter) if profile_at else None
     rng = random.Random(0)
     vocab = cfg.model_config.get_vocab_size()
 

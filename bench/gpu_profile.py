@@ -62,48 +62,60 @@ def summarize(prof: Any, units: float, top: int = 15) -> dict[str, Any]:
     }
 
 
-class StepWindowProfiler:
-    """Profiles engine steps ``[start, start + steps)`` of the next ``generate``: the
-    decode steps of a batch, without its prefill. Wraps ``LLMEngine.step``."""
+class StepCounter:
+    """Counts engine steps (``LLMEngine.step`` calls), e.g. per 1-token request, and runs
+    ``hooks`` with the step's index before each step. The one wrapper of ``step``."""
 
     def __init__(self, llm: Any) -> None:
-        self.armed: tuple[int, int] | None = None
-        self.result: dict[str, Any] | None = None
-        self._n = 0
-        self._prof: Any = None
-        self._t0 = 0.0
+        self.calls = 0
+        self.hooks: list[Any] = []
         engine = llm.llm_engine
         original = engine.step
 
         def step(*args: Any, **kwargs: Any) -> Any:
-            self._before()
-            out = original(*args, **kwargs)
-            return out
+            for hook in self.hooks:
+                hook(self.calls)
+            self.calls += 1
+            return original(*args, **kwargs)
 
         engine.step = step
 
-    def arm(self, start: int, steps: int) -> None:
-        self.armed, self.result, self._n = (start, start + steps), None, 0
 
-    def _before(self) -> None:
+class StepWindowProfiler:
+    """Profiles engine steps ``[start, start + steps)`` of the next ``generate``: the
+    decode steps of a batch, without its prefill. Hooks into a ``StepCounter``."""
+
+    def __init__(self, counter: StepCounter) -> None:
+        self.counter = counter
+        self.armed: tuple[int, int] | None = None
+        self.result: dict[str, Any] | None = None
+        self._prof: Any = None
+        self._t0 = 0.0
+        counter.hooks.append(self._before)
+
+    def arm(self, start: int, steps: int) -> None:
+        """``start`` counts from the next step."""
+        base = self.counter.calls + start
+        self.armed, self.result = (base, base + steps), None
+
+    def _before(self, n: int) -> None:
         if self.armed is None:
             return
         import torch
 
         start, stop = self.armed
-        if self._n == start:
+        if n == start:
             _sync()
             self._prof = torch.profiler.profile(activities=_activities())
             self._prof.start()
             self._t0 = time.perf_counter()
-        elif self._n == stop:
+        elif n == stop:
             _sync()
             wall = time.perf_counter() - self._t0
             self._prof.stop()
             self.result = summarize(self._prof, stop - start)
             self.result["wall_ms"] = round(1000 * wall / (stop - start), 3)
             self.armed, self._prof = None, None
-        self._n += 1
 
 
 def profile_call(fn: Any, units: float = 1) -> dict[str, Any]:
