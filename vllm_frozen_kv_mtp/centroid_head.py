@@ -52,11 +52,17 @@ def head_for_rows(head: str, rows: int) -> str:
     return head
 
 
+def top_centroids(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+    """``[T, top_k]`` each row's top centroids, in upstream's order."""
+    me = masked_embedding
+    return torch.topk(me.centroids(hidden_states), k=me.centroid_intermediate_top_k, dim=-1)[1]
+
+
 def candidate_tokens(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     """``[T, top_k * tokens_per_centroid]`` token ids of each row's top centroids
     (upstream's candidate set and order, without scoring them)."""
     me = masked_embedding
-    _, top = torch.topk(me.centroids(hidden_states), k=me.centroid_intermediate_top_k, dim=-1)
+    top = top_centroids(me, hidden_states)
     clusters = me.token_ordering.view(me.num_centroids, me.vocab_size_per_centroid)
     return clusters[top].reshape(hidden_states.shape[0], -1)
 
@@ -71,9 +77,13 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
     weight = model._get_full_lm_head_weight()
     suppress = getattr(model, "_suppress_idx", None)
     if head == "fused" and fused_head_supported(me.vocab_size_per_centroid):
-        _, top = torch.topk(me.centroids(hidden_states), k=me.centroid_intermediate_top_k, dim=-1)
         picked = fused_top_tokens(
-            hidden_states, weight, me.token_ordering, top, me.vocab_size_per_centroid, suppress
+            hidden_states,
+            weight,
+            me.token_ordering,
+            top_centroids(me, hidden_states),
+            me.vocab_size_per_centroid,
+            suppress,
         )
         if picked is not None:
             return picked

@@ -120,7 +120,6 @@ def fused_top_tokens(
     out = torch.empty(rows, dtype=torch.int64, device=dev)
     if rows == 0:
         return out
-    suppress = suppress_idx if suppress_idx is not None else part_id  # unread when 0
     try:
         _launch(
             hidden_states,
@@ -128,7 +127,6 @@ def fused_top_tokens(
             token_ordering,
             top_centroids,
             tokens_per_centroid,
-            suppress,
             suppress_idx,
             part_score,
             part_id,
@@ -147,7 +145,6 @@ def _launch(
     token_ordering: torch.Tensor,
     top_centroids: torch.Tensor,
     tokens_per_centroid: int,
-    suppress: torch.Tensor,
     suppress_idx: torch.Tensor | None,
     part_score: torch.Tensor,
     part_id: torch.Tensor,
@@ -156,6 +153,7 @@ def _launch(
     assert triton is not None
     rows, top_k = top_centroids.shape
     dim = hidden_states.shape[-1]
+    suppress = suppress_idx if suppress_idx is not None else part_id  # unread when 0
     _centroid_best_kernel[(rows, top_k)](
         hidden_states,
         hidden_states.stride(0),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -189,12 +188,10 @@ def load_seed_rows_triton(src: SeedInputs, dst: SeedBuffers) -> None:
 FALLBACKS = 0
 
 
-def load_seed_rows(src: SeedInputs, dst: SeedBuffers, fused: Any = None) -> None:
+def load_seed_rows(src: SeedInputs, dst: SeedBuffers) -> None:
     """One Triton launch on CUDA when Triton is there, else torch ops."""
     global FALLBACKS
-    if fused is None:
-        fused = triton is not None and src.hidden_states.is_cuda and FALLBACKS == 0
-    if fused:
+    if triton is not None and src.hidden_states.is_cuda and FALLBACKS == 0:
         try:
             load_seed_rows_triton(src, dst)
             return

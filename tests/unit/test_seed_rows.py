@@ -87,7 +87,6 @@ import torch
 from dataclasses import fields
 from tests.unit.test_seed_rows import make_case
 from vllm_frozen_kv_mtp.seed_rows import load_seed_rows_torch, load_seed_rows_triton
-from dataclasses import fields
 for seed in range(3):
     src, want = make_case(seed)
     _, got = make_case(seed)
