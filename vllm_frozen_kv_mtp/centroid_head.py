@@ -15,18 +15,20 @@ full-vocabulary tensor:
   instead of copying ``T * 4096`` rows, so it should pay off at larger batches. The
   dot products are the same; only the summation order differs, which can flip a
   near-tie. Drafts are verified, so output is lossless either way;
-* ``fused`` (opt-in, not yet measured on a GPU): Triton kernels that read each
-  selected centroid's embedding rows once and keep only the best (score, token id),
-  so neither the gathered rows nor a score tensor is ever written
-  (``centroid_kernel.py``);
-* ``auto`` (the default): ``dense`` for CUDA-graph buckets of at least
-  ``AUTO_DENSE_MIN_ROWS`` rows, upstream's head below (see ``head_for_rows``).
+* ``fused``: Triton kernels that read each selected centroid's embedding rows once
+  and keep only the best (score, token id), so neither the gathered rows nor a score
+  tensor is ever written (``centroid_kernel.py``);
+* ``auto`` (the default): ``fused`` wherever it runs (Triton present, power-of-two
+  clusters, no failed launch); otherwise ``dense`` for CUDA-graph buckets of at least
+  ``AUTO_DENSE_MIN_ROWS`` rows and upstream's head below (see ``head_for_rows``).
 
-Measured on the H200 (BENCHMARKS.md, run D, E4B shape): ``auto`` cuts the GPU time of
-a whole decode step by 0.12 ms at c=32 and 1.07 ms at c=128 (profiled kernel sums;
-the draft round goes 2.35 -> 1.21 ms at c=128) and leaves c<=8 on upstream's head.
-Run C (one timed run after a short warm-up) had shown whole steps slower with
-``dense``; run D (full-length warm-up, median of 3, profiled) does not reproduce it.
+Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA graph
+(run E, ``bench/heads_gpu.py``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.8 /
+71.9 / 166.3 / 521.8, dense 90.0 / 105.3 / 124.0 / 150.6, fused 30.2 / 31.4 / 57.0 /
+106.5, all picking upstream's token. Whole decode steps (run E, median of 5): the draft
+round with ``fused`` is 0.57 / 0.60 / 0.77 / 0.99 ms at c=1 / 8 / 32 / 128, against 0.60 /
+0.71 / 0.98 / 1.18 for run D's ``auto`` (dense from 32 rows) and 0.69 / 0.81 / 1.17 / 2.39
+for upstream ``mtp``.
 """
 
 from __future__ import annotations
@@ -37,19 +39,22 @@ import torch
 
 from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported, fused_top_tokens
 
-#: "auto" scores with "dense" from this many rows up, and leaves smaller batches to
-#: upstream's head. On the H200 (E4B, runs C and D) the dense round was longer at c<=8
-#: (reading the whole table costs more than gathering a few rows' candidates) and
-#: shorter from c=32 (1.02 vs 1.15 ms; 1.21 vs 2.35 at c=128).
+#: Where "fused" cannot run, "auto" scores with "dense" from this many rows up and
+#: leaves smaller batches to upstream's head. On the H200 (E4B, runs C-E) the dense
+#: head was slower than upstream's at <=8 rows (it reads the whole table) and faster
+#: from 32 rows (124 vs 166 us per call; 151 vs 522 at 128 rows).
 AUTO_DENSE_MIN_ROWS = 32
 
 
-def head_for_rows(head: str, rows: int) -> str:
-    """The head that scores a batch of ``rows`` draft rows. ``rows`` is a Python int
-    (a CUDA-graph bucket size), so the choice is fixed per captured graph."""
-    if head == "auto":
-        return "dense" if rows >= AUTO_DENSE_MIN_ROWS else "upstream"
-    return head
+def head_for_rows(head: str, rows: int, fused_ok: bool = False) -> str:
+    """The head that scores a batch of ``rows`` draft rows; ``fused_ok`` says whether
+    the fused kernels can run (``fused_head_supported``). ``rows`` is a Python int (a
+    CUDA-graph bucket size), so the choice is fixed per captured graph."""
+    if head != "auto":
+        return head
+    if fused_ok:  # the fastest head at every row count measured (1-128, run E)
+        return "fused"
+    return "dense" if rows >= AUTO_DENSE_MIN_ROWS else "upstream"
 
 
 def top_centroids(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:

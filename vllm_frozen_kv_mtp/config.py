@@ -79,8 +79,9 @@ class FrozenKVOptions:
     #: (a debugging guard: it syncs with the device, so keep it off in production)
     kv_guard: bool = False
     #: how Model Runner V2 picks draft tokens from a centroid head (E2B/E4B assistants):
-    #: "auto" (default: dense for graph buckets of at least AUTO_DENSE_MIN_ROWS rows,
-    #: upstream's below; on the V1 runner, V1's own head), "upstream" (vLLM's
+    #: "auto" (default: fused where its Triton kernels run, else dense for graph
+    #: buckets of at least AUTO_DENSE_MIN_ROWS rows and upstream's below; on the V1
+    #: runner, V1's own head), "upstream" (vLLM's
     #: full-vocabulary argmax), "sparse", "dense" or "fused"; see centroid_head.py
     centroid_head: str = "auto"
 

@@ -25,6 +25,7 @@ from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
 from vllm_frozen_kv_mtp.centroid_head import head_for_rows, top_tokens
+from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
 from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
@@ -306,12 +307,17 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
     ) -> torch.Tensor:
         # Greedy drafts from a centroid head, without the full-vocabulary logits
         # tensor upstream builds just to argmax it (option centroid_head).
-        head = head_for_rows(self.frozen_options.centroid_head, hidden_states.shape[0])
+        me = getattr(self.model, "masked_embedding", None)
+        head = head_for_rows(
+            self.frozen_options.centroid_head,
+            hidden_states.shape[0],
+            fused_ok=me is not None and fused_head_supported(me.vocab_size_per_centroid),
+        )
         if (
             head != "upstream"
             and draft_logits is None
             and self.acceptance_estimator is None
-            and getattr(self.model, "masked_embedding", None) is not None
+            and me is not None
         ):
             return top_tokens(self.model, hidden_states, head)
         return super().sample_draft(

@@ -111,10 +111,53 @@ def test_non_finite_rows_still_get_a_real_token_id(head: str) -> None:
     assert torch.equal(got[finite], _v2_pick(model, h)[finite])
 
 
-def test_auto_head_is_dense_for_large_buckets_only() -> None:
+def test_auto_head_is_fused_where_it_runs_else_dense_for_large_buckets_only() -> None:
+    for rows in (1, AUTO_DENSE_MIN_ROWS - 1, AUTO_DENSE_MIN_ROWS, 512):
+        assert head_for_rows("auto", rows, fused_ok=True) == "fused"
     assert head_for_rows("auto", 1) == "upstream"
     assert head_for_rows("auto", AUTO_DENSE_MIN_ROWS - 1) == "upstream"
     assert head_for_rows("auto", AUTO_DENSE_MIN_ROWS) == "dense"
     assert head_for_rows("auto", 512) == "dense"
-    for head in ("upstream", "sparse", "dense"):
-        assert head_for_rows(head, 1) == head_for_rows(head, 512) == head
+    for head in ("upstream", "sparse", "dense", "fused"):
+        for ok in (False, True):
+            assert head_for_rows(head, 1, ok) == head_for_rows(head, 512, ok) == head
+
+
+@pytest.mark.parametrize(
+    ("option", "fused_ok", "rows", "want"),
+    [
+        ("auto", True, 1, "fused"),
+        ("auto", True, 64, "fused"),
+        ("auto", False, 1, "upstream"),  # no Triton: upstream's head for small buckets
+        ("auto", False, AUTO_DENSE_MIN_ROWS, "dense"),
+        ("upstream", True, 64, "upstream"),
+        ("sparse", True, 8, "sparse"),
+    ],
+)
+def test_v2_sample_draft_scores_with_the_chosen_head(
+    option: str, fused_ok: bool, rows: int, want: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``FrozenKVMTPSpeculator.sample_draft`` hands a greedy round to the head the option
+    names (``auto`` resolved per bucket size), and sends "upstream" and any round that
+    needs draft logits to vLLM's own ``sample_draft``."""
+    import vllm_frozen_kv_mtp.speculator as speculator_module
+    from vllm_frozen_kv_mtp.config import FrozenKVOptions
+
+    cls = speculator_module.FrozenKVMTPSpeculator
+    seen: list[str] = []
+    monkeypatch.setattr(speculator_module, "fused_head_supported", lambda n: fused_ok)
+    monkeypatch.setattr(
+        speculator_module, "top_tokens", lambda model, h, head: seen.append(head) or h[:, 0]
+    )
+    monkeypatch.setattr(
+        cls.__mro__[1], "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
+    )
+    spec = cls.__new__(cls)
+    spec.frozen_options = FrozenKVOptions(centroid_head=option)
+    spec.acceptance_estimator = None
+    spec.model = _model(torch.float32, None)
+    h = torch.zeros(rows, DIM)
+    args = (h, None, None, None, None, None)
+    spec.sample_draft(*args, None)
+    spec.sample_draft(*args, torch.zeros(rows, VOCAB))  # draft logits wanted: vLLM's path
+    assert seen == [want, "upstream"]
