@@ -11,7 +11,9 @@ is what acceptance then pays back. Per concurrency c it warms up with a full N-t
 run, times a 1-token run (prefill) and then N-token runs of c requests (--repeats,
 median); ms/step = decode time / engine steps. TTFT rows keep their raw samples.
 The draft-round time is measured with CUDA events around the drafter's `propose`
-(recorded on the stream; read after the run, so no sync is added to the round).
+(recorded on the stream; read after the run, so no sync is added to the round), and
+the host time of the same call with a wall clock (`draft_host_ms`: how long the host
+spends launching a round; the GPU waits for it when the host is behind).
 """
 
 from __future__ import annotations
@@ -68,12 +70,14 @@ def _fill_dummy_token_ordering() -> None:
 
 
 class DraftTimer:
-    """CUDA events around every draft round; resolved after the run."""
+    """CUDA events around every draft round, resolved after the run, and the host
+    time of each ``propose`` call."""
 
     def __init__(self, drafter: Any) -> None:
         import torch
 
         self.pairs: list[tuple[Any, Any]] = []
+        self.host_s: list[float] = []
         self.enabled = False
         original = drafter.propose
 
@@ -82,12 +86,21 @@ class DraftTimer:
                 return original(*args, **kwargs)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+            t = time.perf_counter()
             out = original(*args, **kwargs)
+            self.host_s.append(time.perf_counter() - t)
             end.record()
             self.pairs.append((start, end))
             return out
 
         drafter.propose = propose
+
+    def clear(self) -> None:
+        self.pairs.clear()
+        self.host_s.clear()
+
+    def median_host_ms(self) -> float | None:
+        return 1000 * statistics.median(self.host_s) if self.host_s else None
 
     def median_ms(self) -> float | None:
         import torch
@@ -217,7 +230,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
         llm.generate(batch, params(1), use_tqdm=False)
         prefill = time.perf_counter() - t
         if timer:
-            timer.pairs.clear()
+            timer.clear()
             timer.enabled = True
         step_samples = []
         for _ in range(args.repeats):  # median of repeats: one stray spike can't skew it
@@ -231,6 +244,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             timer.enabled = False
         step_ms = statistics.median(step_samples)
         draft_ms = timer.median_ms() if timer else None
+        host_ms = timer.median_host_ms() if timer else None
         row = dict(
             base,
             concurrency=c,
@@ -241,6 +255,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             ttft_ms=None,
             steps=round(steps, 1),
             step_ms_samples=[round(x, 3) for x in step_samples],
+            draft_host_ms=None if host_ms is None else round(host_ms, 3),
             **info,
         )
         print("ROW", json.dumps(row), flush=True)
@@ -250,7 +265,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
         llm.generate(one, params(1), use_tqdm=False)  # warm-up at this length
         times, engine_steps = [], []
         if timer:  # the draft round(s) a 1-token request still pays after its prefill
-            timer.pairs.clear()
+            timer.clear()
             timer.enabled = True
         for _ in range(args.ttft_repeats):
             one = prompts(1, n)  # fresh tokens: no prefix-cache hit
@@ -391,8 +406,8 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
             "the profiler is not a timing):",
             "",
             "| run | model | runner | method | c | ms/step (timed) | kernel ms/step | "
-            "kernel overhead | overhead / mtp's |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "kernel overhead | overhead / mtp's | GPU idle ms/step | draft host ms |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         kern = {
             (r.get("run", ""), r["model"], r["runner"], r["method"], r["concurrency"]): r[
@@ -413,6 +428,10 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
             cells += [f"{r['step_ms']:.2f}", f"{k:.2f}"]
             cells.append("-" if extra is None else f"{extra:+.2f}")
             cells.append(f"{extra / mtp_extra:.2f}" if extra is not None and mtp_extra else "-")
+            # Timed step minus its kernel sum: time the GPU waited (on the host, mostly).
+            cells.append(f"{r['step_ms'] - k:.2f}")
+            host = r.get("draft_host_ms")
+            cells.append("-" if host is None else f"{host:.2f}")
             out.append("| " + " | ".join(cells) + " |")
     ttft = [r for r in rows if r["ttft_ms"] is not None]
     if ttft:

@@ -70,10 +70,12 @@ heads() { # centroid heads alone, E4B head shape (seconds; HEADS=0 skips)
   CUDA_VISIBLE_DEVICES=$1 python bench/heads_gpu.py --json $W/h200_heads.json >$W/heads.log 2>&1
 }
 
-profiles() { # PROFILES="method@concurrency ...": eager kernel breakdowns of a draft round
+profiles() { # PROFILES="method@concurrency ...": kernel breakdowns of a draft round
+  # (PROFILE_MODE=graphs: compiled, CUDA-graph replay; default eager)
   for spec in ${PROFILES:-}; do
     CUDA_VISIBLE_DEVICES=$1 python bench/profile_draft_gpu.py --shapes $W/shapes \
-      --method "${spec%@*}" --concurrency "${spec#*@}" >>$W/profile.log 2>&1
+      --method "${spec%@*}" --concurrency "${spec#*@}" --mode "${PROFILE_MODE:-eager}" \
+      >>$W/profile.log 2>&1
   done
 }
 
