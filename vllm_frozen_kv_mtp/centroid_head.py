@@ -57,10 +57,15 @@ def head_for_rows(head: str, rows: int, fused_ok: bool = False) -> str:
     return "dense" if rows >= AUTO_DENSE_MIN_ROWS else "upstream"
 
 
-def top_centroids(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-    """``[T, top_k]`` each row's top centroids, in upstream's order."""
+def top_centroids(
+    masked_embedding: Any, hidden_states: torch.Tensor, ordered: bool = True
+) -> torch.Tensor:
+    """``[T, top_k]`` each row's top centroids, in upstream's order, or in any order with
+    ``ordered=False``. On CUDA ``torch.topk`` selects the same set either way and
+    ``sorted=True`` only adds a sort kernel per step."""
     me = masked_embedding
-    return torch.topk(me.centroids(hidden_states), k=me.centroid_intermediate_top_k, dim=-1)[1]
+    scores = me.centroids(hidden_states)
+    return torch.topk(scores, k=me.centroid_intermediate_top_k, dim=-1, sorted=ordered)[1]
 
 
 def candidate_tokens(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -86,7 +91,8 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
             hidden_states,
             weight,
             me.token_ordering,
-            top_centroids(me, hidden_states),
+            # The fused pick does not depend on centroid order (lowest id on ties).
+            top_centroids(me, hidden_states, ordered=not hidden_states.is_cuda),
             me.vocab_size_per_centroid,
             suppress,
         )

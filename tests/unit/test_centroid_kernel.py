@@ -42,8 +42,8 @@ def _model(seed: int, suppress: list[int] | None) -> Any:
 
 def check() -> None:
     """Run inside the interpreter subprocess."""
-    from vllm_frozen_kv_mtp.centroid_head import candidate_tokens, top_tokens
-    from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported
+    from vllm_frozen_kv_mtp.centroid_head import candidate_tokens, top_centroids, top_tokens
+    from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported, fused_top_tokens
 
     assert fused_head_supported(VOCAB // CENTROIDS)
     with torch.no_grad():
@@ -67,6 +67,14 @@ def check() -> None:
         weight = model._get_full_lm_head_weight()
         weight[row[i]] = weight[row[j]] = h[0] * 10
         assert top_tokens(model, h, "fused")[0].item() == row[j] == top_tokens(model, h, "dense")[0]
+        # Any order of the selected centroids gives the same pick, ties included (on
+        # CUDA the head takes torch.topk's unsorted set).
+        me = model.masked_embedding
+        top = top_centroids(me, h)
+        for perm in (top.flip(1), top.roll(1, dims=1)):
+            got = fused_top_tokens(h, weight, me.token_ordering, perm, 64, None)
+            assert got is not None and got[0].item() == row[j], perm
+            assert torch.equal(got, fused_top_tokens(h, weight, me.token_ordering, top, 64, None))
         # Rows of NaN (stale padded graph rows) still get a real token id.
         h[1] = float("nan")
         assert 0 <= top_tokens(model, h, "fused")[1].item() < VOCAB
