@@ -27,8 +27,8 @@ Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA gr
 71.9 / 166.3 / 521.8, dense 90.0 / 105.3 / 124.0 / 150.6, fused 30.2 / 31.4 / 57.0 /
 106.5, all picking upstream's token. Whole decode steps (run E, median of 5): the draft
 round with ``fused`` is 0.57 / 0.60 / 0.77 / 0.99 ms at c=1 / 8 / 32 / 128, against 0.60 /
-0.71 / 0.98 / 1.18 for run D's ``auto`` (dense from 32 rows) and 0.69 / 0.81 / 1.17 / 2.39
-for upstream ``mtp``.
+0.71 / 0.98 / 1.18 for the ``auto`` of that run (upstream's head below 32 rows, dense
+from 32) and 0.69 / 0.81 / 1.17 / 2.39 for upstream ``mtp``.
 """
 
 from __future__ import annotations

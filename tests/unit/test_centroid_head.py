@@ -152,7 +152,7 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
     monkeypatch.setattr(
         cls.__mro__[1], "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
     )
-    spec = cls.__new__(cls)
+    spec = object.__new__(cls)  # not through the registry's dispatching __new__
     spec.frozen_options = FrozenKVOptions(centroid_head=option)
     spec.acceptance_estimator = None
     spec.model = _model(torch.float32, None)
