@@ -33,6 +33,8 @@ from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 from vllm_frozen_kv_mtp.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
+#: (option, head) pairs already logged: say once which head "auto" resolved to
+_LOGGED_HEADS: set[tuple[str, str]] = set()
 
 
 class FrozenKVMTPSpeculator(Gemma4Speculator):
@@ -313,6 +315,13 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
             hidden_states.shape[0],
             fused_ok=me is not None and fused_head_supported(me.vocab_size_per_centroid),
         )
+        if me is not None and (self.frozen_options.centroid_head, head) not in _LOGGED_HEADS:
+            _LOGGED_HEADS.add((self.frozen_options.centroid_head, head))
+            logger.info(
+                "frozen_kv_mtp: centroid_head=%r scores greedy drafts with the %r head",
+                self.frozen_options.centroid_head,
+                head,
+            )
         if (
             head != "upstream"
             and draft_logits is None

@@ -6,6 +6,7 @@ logits, ``suppress_tokens`` filled with -inf) followed by the argmax V2 takes.
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -152,12 +153,27 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
     monkeypatch.setattr(
         cls.__mro__[1], "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
     )
+    monkeypatch.setattr(speculator_module, "_LOGGED_HEADS", set())
+    logged: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())  # type: ignore[method-assign]
+    speculator_module.logger.addHandler(handler)
+    level = speculator_module.logger.level
+    speculator_module.logger.setLevel(logging.INFO)
     spec = object.__new__(cls)  # not through the registry's dispatching __new__
     spec.frozen_options = FrozenKVOptions(centroid_head=option)
     spec.acceptance_estimator = None
     spec.model = _model(torch.float32, None)
     h = torch.zeros(rows, DIM)
     args = (h, None, None, None, None, None)
-    spec.sample_draft(*args, None)
-    spec.sample_draft(*args, torch.zeros(rows, VOCAB))  # draft logits wanted: vLLM's path
+    try:
+        spec.sample_draft(*args, None)
+        spec.sample_draft(*args, torch.zeros(rows, VOCAB))  # draft logits wanted: vLLM's path
+    finally:
+        speculator_module.logger.removeHandler(handler)
+        speculator_module.logger.setLevel(level)
     assert seen == [want, "upstream"]
+    # Users see once which head their option resolved to.
+    assert logged == [
+        f"frozen_kv_mtp: centroid_head={option!r} scores greedy drafts with the {want!r} head"
+    ]
