@@ -65,9 +65,11 @@ tests_v2() { # V2_TESTS="a pytest -k expression" narrows them; default: all but 
     --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v2.log 2>&1
 }
 
-heads() { # centroid heads alone, E4B head shape (seconds; HEADS=0 skips)
+heads() { # centroid heads alone, E4B head shape (seconds; HEADS=0 skips; HEADS_SWEEP="64x4,128x8"
+  # also times the fused kernel at those launch shapes)
   [ "${HEADS:-1}" = 1 ] || return 0
-  CUDA_VISIBLE_DEVICES=$1 python bench/heads_gpu.py --json $W/h200_heads.json >$W/heads.log 2>&1
+  CUDA_VISIBLE_DEVICES=$1 python bench/heads_gpu.py --json $W/h200_heads.json \
+    ${HEADS_SWEEP:+--sweep "$HEADS_SWEEP"} >$W/heads.log 2>&1
 }
 
 profiles() { # PROFILES="method@concurrency ...": kernel breakdowns of a draft round

@@ -7,6 +7,11 @@ For each head and row count it captures one head call in a CUDA graph (as the dr
 round does), replays it, and prints the median microseconds per call, plus how often
 each head's pick equals upstream's (Model Runner V2's default: centroid-masked
 full-vocabulary logits, then argmax). Heads: upstream, sparse, dense, fused.
+
+    python bench/heads_gpu.py --sweep 64x4,128x4,128x8,256x8
+
+also times the fused head's per-centroid kernel at other launch shapes (hidden-dim
+chunk x warps; the default is centroid_kernel.BEST_KERNEL_BLOCK_D x BEST_KERNEL_WARPS).
 """
 
 from __future__ import annotations
@@ -75,6 +80,19 @@ def time_graph(fn: Any, h: Any, replays: int) -> tuple[float, Any]:
     return statistics.median(times), out.clone()
 
 
+def emit(rows: int, head: str, us: float, pick: Any, upstream: Any) -> dict[str, Any]:
+    """One result row, printed as it comes."""
+    same = float((pick == upstream).float().mean())
+    row = {
+        "rows": rows,
+        "head": head,
+        "us_per_call": round(us, 2),
+        "same_as_upstream": round(same, 4),
+    }
+    print("ROW", json.dumps(row), flush=True)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rows", default="1,8,32,128")
@@ -84,6 +102,9 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=32)
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument(
+        "--sweep", default="", help="fused launch shapes to time, e.g. 64x4,128x8 (BLOCK_Dxwarps)"
+    )
     args = ap.parse_args()
 
     import torch
@@ -98,12 +119,17 @@ def main() -> None:
             picks: dict[str, Any] = {}
             for head in HEADS:
                 us, picks[head] = time_graph(head_fn(model, head), h, args.replays)
-                row = {"rows": rows, "head": head, "us_per_call": round(us, 2)}
-                row["same_as_upstream"] = round(
-                    float((picks[head] == picks["upstream"]).float().mean()), 4
-                )
-                print("ROW", json.dumps(row), flush=True)
-                rows_out.append(row)
+                rows_out.append(emit(rows, head, us, picks[head], picks["upstream"]))
+            for shape in filter(None, args.sweep.split(",")):
+                default = (centroid_kernel.BEST_KERNEL_BLOCK_D, centroid_kernel.BEST_KERNEL_WARPS)
+                block_d, warps = (int(x) for x in shape.split("x"))
+                centroid_kernel.BEST_KERNEL_BLOCK_D = block_d
+                centroid_kernel.BEST_KERNEL_WARPS = warps
+                try:
+                    us, pick = time_graph(head_fn(model, "fused"), h, args.replays)
+                finally:
+                    centroid_kernel.BEST_KERNEL_BLOCK_D, centroid_kernel.BEST_KERNEL_WARPS = default
+                rows_out.append(emit(rows, f"fused@{shape}", us, pick, picks["upstream"]))
     if centroid_kernel.FALLBACKS:
         print("WARNING: the fused head fell back to dense; its rows time dense", flush=True)
     print("\n| rows | " + " | ".join(f"{h} us" for h in HEADS) + " |")

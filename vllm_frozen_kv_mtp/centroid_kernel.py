@@ -33,6 +33,11 @@ BIG_ID = 2**62
 #: good. The GPU tests assert it stays 0.
 FALLBACKS = 0
 
+#: launch shape of the per-centroid kernel: hidden-dim chunk and warps per program.
+#: Untuned defaults (Triton's 4 warps); ``bench/heads_gpu.py --sweep`` times others.
+BEST_KERNEL_BLOCK_D = 64
+BEST_KERNEL_WARPS = 4
+
 
 def fused_head_supported(tokens_per_centroid: int) -> bool:
     """Triton present, no failed launch, and a power-of-two cluster size (one block
@@ -169,8 +174,9 @@ def _launch(
         top_k,
         dim,
         PER=tokens_per_centroid,
-        BLOCK_D=min(64, triton.next_power_of_2(dim)),
+        BLOCK_D=min(BEST_KERNEL_BLOCK_D, triton.next_power_of_2(dim)),
         BIG=BIG_ID,
+        num_warps=BEST_KERNEL_WARPS,
     )
     _row_best_kernel[(rows,)](
         part_score, part_id, out, top_k, BLOCK_K=triton.next_power_of_2(top_k), BIG=BIG_ID
