@@ -1,0 +1,59 @@
+"""``bench/bench_gpu.py report``: the tables BENCHMARKS.md quotes are computed from the
+stored rows as documented (overheads against none, ratios against mtp, modelled
+speedups, GPU idle time per step). Pure logic: the rows are written here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from bench_gpu import report  # noqa: E402
+
+
+def _row(method: str, step_ms: float, kernel_ms: float, draft: float | None = None) -> Any:
+    return {
+        "run": "T",
+        "model": "E4B",
+        "method": method,
+        "runner": "v2",
+        "concurrency": 32,
+        "prompt_len": 128,
+        "step_ms": step_ms,
+        "draft_round_ms": draft,
+        "decode_tok_s": None,
+        "ttft_ms": None,
+        "draft_host_ms": None if draft is None else 0.2,
+        "profile": {"kernel_ms": kernel_ms},
+    }
+
+
+def _cells(text: str, first: str) -> list[list[str]]:
+    return [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith(f"| {first} |")
+    ]
+
+
+def test_report_overheads_ratios_speedups_and_gpu_idle() -> None:
+    rows = [
+        _row("none", 5.0, 4.5),
+        _row("mtp", 7.0, 6.1, 1.2),
+        _row("frozen_kv_mtp", 6.5, 5.7, 0.8),
+        _row("frozen_kv_mtp:centroid_head=dense", 6.0, 5.5, 0.7),
+    ]
+    text = report(rows)
+    main, variant, *kernel_rows = _cells(text, "T")
+    # none, mtp, frozen ms/step; overheads; frozen/mtp; draft ms; AL x none / frozen
+    assert main[4:] == [
+        "5.00", "7.00", "6.50", "+2.00", "+1.50", "0.75", "1.20", "0.80", "2.15", "2.69"
+    ]  # fmt: skip
+    assert variant[3] == "frozen_kv_mtp:centroid_head=dense"
+    assert variant[4:] == ["32", "6.00", "+1.00", "0.50", "0.70"]
+    by_method = {r[3]: r for r in kernel_rows}
+    # kernel overhead vs none's kernel sum, its ratio to mtp's, GPU idle = timed - kernel
+    assert by_method["frozen_kv_mtp"][5:] == ["6.50", "5.70", "+1.20", "0.75", "0.80", "0.20"]
+    assert by_method["none"][5:] == ["5.00", "4.50", "-", "-", "0.50", "-"]
