@@ -125,59 +125,33 @@ def fused_top_tokens(
     out = torch.empty(rows, dtype=torch.int64, device=dev)
     if rows == 0:
         return out
+    dim = hidden_states.shape[-1]
+    suppress = suppress_idx if suppress_idx is not None else part_id  # unread when 0
     try:
-        _launch(
+        _centroid_best_kernel[(rows, top_k)](
             hidden_states,
+            hidden_states.stride(0),
             weight,
+            weight.stride(0),
             token_ordering,
             top_centroids,
-            tokens_per_centroid,
-            suppress_idx,
+            top_centroids.stride(0),
+            suppress,
+            0 if suppress_idx is None else suppress_idx.numel(),
             part_score,
             part_id,
-            out,
+            top_k,
+            dim,
+            PER=tokens_per_centroid,
+            BLOCK_D=min(BEST_KERNEL_BLOCK_D, triton.next_power_of_2(dim)),
+            BIG=BIG_ID,
+            num_warps=BEST_KERNEL_WARPS,
+        )
+        _row_best_kernel[(rows,)](
+            part_score, part_id, out, top_k, BLOCK_K=triton.next_power_of_2(top_k), BIG=BIG_ID
         )
     except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
         FALLBACKS += 1
         logger.warning("frozen_kv_mtp: fused centroid head failed (%s); using dense", e)
         return None
     return out
-
-
-def _launch(
-    hidden_states: torch.Tensor,
-    weight: torch.Tensor,
-    token_ordering: torch.Tensor,
-    top_centroids: torch.Tensor,
-    tokens_per_centroid: int,
-    suppress_idx: torch.Tensor | None,
-    part_score: torch.Tensor,
-    part_id: torch.Tensor,
-    out: torch.Tensor,
-) -> None:
-    assert triton is not None
-    rows, top_k = top_centroids.shape
-    dim = hidden_states.shape[-1]
-    suppress = suppress_idx if suppress_idx is not None else part_id  # unread when 0
-    _centroid_best_kernel[(rows, top_k)](
-        hidden_states,
-        hidden_states.stride(0),
-        weight,
-        weight.stride(0),
-        token_ordering,
-        top_centroids,
-        top_centroids.stride(0),
-        suppress,
-        0 if suppress_idx is None else suppress_idx.numel(),
-        part_score,
-        part_id,
-        top_k,
-        dim,
-        PER=tokens_per_centroid,
-        BLOCK_D=min(BEST_KERNEL_BLOCK_D, triton.next_power_of_2(dim)),
-        BIG=BIG_ID,
-        num_warps=BEST_KERNEL_WARPS,
-    )
-    _row_best_kernel[(rows,)](
-        part_score, part_id, out, top_k, BLOCK_K=triton.next_power_of_2(top_k), BIG=BIG_ID
-    )

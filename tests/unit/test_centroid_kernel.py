@@ -78,7 +78,26 @@ def check() -> None:
         # Rows of NaN (stale padded graph rows) still get a real token id.
         h[1] = float("nan")
         assert 0 <= top_tokens(model, h, "fused")[1].item() < VOCAB
+        # A launch that raises: counted, logged, and the head scores with "dense" from then on.
+        import vllm_frozen_kv_mtp.centroid_kernel as centroid_kernel
+
+        centroid_kernel._row_best_kernel = _Raising()  # type: ignore[assignment]
+        h = torch.randn(4, DIM, generator=torch.Generator().manual_seed(9))
+        top = top_centroids(me, h)
+        assert fused_top_tokens(h, weight, me.token_ordering, top, 64, None) is None
+        assert centroid_kernel.FALLBACKS == 1 and not fused_head_supported(64)
+        assert torch.equal(top_tokens(model, h, "fused"), top_tokens(model, h, "dense"))
     print("fused head matches")
+
+
+class _Raising:
+    """A kernel whose launch raises (as a compile error would)."""
+
+    def __getitem__(self, grid: Any) -> Any:
+        def launch(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("compile error")
+
+        return launch
 
 
 def test_fused_head_picks_what_the_dense_head_picks() -> None:
