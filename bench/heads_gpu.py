@@ -80,6 +80,23 @@ def time_graph(fn: Any, h: Any, replays: int) -> tuple[float, Any]:
     return statistics.median(times), out.clone()
 
 
+def launch_shapes(text: str) -> list[tuple[int, int]]:
+    """``"64x4,128x8"`` -> [(64, 4), (128, 8)]; refused early unless both are powers of two
+    (a shape Triton rejects would count as a fused-head fallback and spoil later rows)."""
+    shapes = []
+    for item in filter(None, text.split(",")):
+        parts = item.split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"{item!r}: use BLOCK_DxWARPS, e.g. 128x8")
+        block_d, warps = int(parts[0]), int(parts[1])
+        if block_d & (block_d - 1) or warps & (warps - 1) or warps > 16:
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: BLOCK_D and warps must be powers of two (warps <= 16)"
+            )
+        shapes.append((block_d, warps))
+    return shapes
+
+
 def emit(rows: int, head: str, us: float, pick: Any, upstream: Any) -> dict[str, Any]:
     """One result row, printed as it comes."""
     same = float((pick == upstream).float().mean())
@@ -103,7 +120,10 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument(
-        "--sweep", default="", help="fused launch shapes to time, e.g. 64x4,128x8 (BLOCK_Dxwarps)"
+        "--sweep",
+        type=launch_shapes,
+        default=[],
+        help="fused launch shapes to time, e.g. 64x4,128x8 (BLOCK_Dxwarps, powers of two)",
     )
     args = ap.parse_args()
 
@@ -120,16 +140,16 @@ def main() -> None:
             for head in HEADS:
                 us, picks[head] = time_graph(head_fn(model, head), h, args.replays)
                 rows_out.append(emit(rows, head, us, picks[head], picks["upstream"]))
-            for shape in filter(None, args.sweep.split(",")):
+            for block_d, warps in args.sweep:
                 default = (centroid_kernel.BEST_KERNEL_BLOCK_D, centroid_kernel.BEST_KERNEL_WARPS)
-                block_d, warps = (int(x) for x in shape.split("x"))
                 centroid_kernel.BEST_KERNEL_BLOCK_D = block_d
                 centroid_kernel.BEST_KERNEL_WARPS = warps
                 try:
                     us, pick = time_graph(head_fn(model, "fused"), h, args.replays)
                 finally:
                     centroid_kernel.BEST_KERNEL_BLOCK_D, centroid_kernel.BEST_KERNEL_WARPS = default
-                rows_out.append(emit(rows, f"fused@{shape}", us, pick, picks["upstream"]))
+                label = f"fused@{block_d}x{warps}"
+                rows_out.append(emit(rows, label, us, pick, picks["upstream"]))
     if centroid_kernel.FALLBACKS:
         print("WARNING: the fused head fell back to dense; its rows time dense", flush=True)
     print("\n| rows | " + " | ".join(f"{h} us" for h in HEADS) + " |")

@@ -1,16 +1,21 @@
 """``bench/bench_gpu.py report``: the tables BENCHMARKS.md quotes are computed from the
 stored rows as documented (overheads against none, ratios against mtp, modelled
-speedups, GPU idle time per step). Pure logic: the rows are written here."""
+speedups, GPU idle time per step). Pure logic: the rows are written here. Also the
+GPU benches' argument checks, which must refuse bad input before any GPU work."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from bench_gpu import report  # noqa: E402
+from heads_gpu import launch_shapes  # noqa: E402
 
 
 def _row(method: str, step_ms: float, kernel_ms: float, draft: float | None = None) -> Any:
@@ -57,3 +62,11 @@ def test_report_overheads_ratios_speedups_and_gpu_idle() -> None:
     # kernel overhead vs none's kernel sum, its ratio to mtp's, GPU idle = timed - kernel
     assert by_method["frozen_kv_mtp"][5:] == ["6.50", "5.70", "+1.20", "0.75", "0.80", "0.20"]
     assert by_method["none"][5:] == ["5.00", "4.50", "-", "-", "0.50", "-"]
+
+
+def test_heads_sweep_shapes_are_parsed_or_refused_early() -> None:
+    assert launch_shapes("64x4,128x8") == [(64, 4), (128, 8)]
+    assert launch_shapes("") == []
+    for bad in ("64", "48x4", "64x32", "ax4", "64x4x2"):
+        with pytest.raises(argparse.ArgumentTypeError, match=bad):
+            launch_shapes(bad)
