@@ -23,12 +23,12 @@ full-vocabulary tensor:
   ``AUTO_DENSE_MIN_ROWS`` rows and upstream's head below (see ``head_for_rows``).
 
 Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA graph
-(run E, ``bench/heads_gpu.py``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.8 /
-71.9 / 166.3 / 521.8, dense 90.0 / 105.3 / 124.0 / 150.6, fused 30.2 / 31.4 / 57.0 /
-106.5, all picking upstream's token. Whole decode steps (run E, median of 5): the draft
-round with ``fused`` is 0.57 / 0.60 / 0.77 / 0.99 ms at c=1 / 8 / 32 / 128, against 0.60 /
-0.71 / 0.98 / 1.18 for the ``auto`` of that run (upstream's head below 32 rows, dense
-from 32) and 0.69 / 0.81 / 1.17 / 2.39 for upstream ``mtp``.
+(run F, ``bench/heads_gpu.py``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.5 /
+71.8 / 165.7 / 521.4, dense 89.5 / 106.2 / 123.5 / 150.4, fused 25.2 / 26.5 / 52.1 / 90.0
+(22.3 / 24.8 / 40.0 / 72.1 with today's launch shape), all picking upstream's token.
+Whole decode steps (run F, median of 5): the draft round with ``fused`` is 0.55 / 0.59 /
+0.76 / 0.98 ms at c=1 / 8 / 32 / 128, against 0.69 / 0.80 / 1.18 / 2.39 for upstream
+``mtp``.
 """
 
 from __future__ import annotations

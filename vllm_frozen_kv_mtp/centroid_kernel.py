@@ -34,8 +34,10 @@ BIG_ID = 2**62
 FALLBACKS = 0
 
 #: launch shape of the per-centroid kernel: hidden-dim chunk and warps per program.
-#: Untuned defaults (Triton's 4 warps); ``bench/heads_gpu.py --sweep`` times others.
-BEST_KERNEL_BLOCK_D = 64
+#: The fastest of 64x4, 128x4, 128x8 and 256x8 on the H200 at 32 and 128 rows (run F,
+#: ``bench/heads_gpu.py --sweep``, E4B head: 40.0 vs 52.1 us per call at 32 rows with
+#: 64x4, 72.1 vs 90.0 at 128).
+BEST_KERNEL_BLOCK_D = 128
 BEST_KERNEL_WARPS = 4
 
 

@@ -15,7 +15,7 @@ import torch
 
 from tests.unit.test_seed_rows import run_in_triton_interpreter
 
-VOCAB, CENTROIDS, TOP_K, DIM = 2048, 32, 4, 160  # DIM: 3 blocks of 64, the last partial
+VOCAB, CENTROIDS, TOP_K, DIM = 2048, 32, 4, 160  # DIM: 2 blocks of 128, the last partial
 
 
 def _model(seed: int, suppress: list[int] | None) -> Any:
