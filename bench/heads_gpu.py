@@ -8,10 +8,12 @@ round does), replays it, and prints the median microseconds per call, plus how o
 each head's pick equals upstream's (Model Runner V2's default: centroid-masked
 full-vocabulary logits, then argmax). Heads: upstream, sparse, dense, fused.
 
-    python bench/heads_gpu.py --sweep 64x4,128x4,128x8,256x8
+    python bench/heads_gpu.py --sweep 64x4,128x4,128x4:torch
 
 also times the fused head's per-centroid kernel at other launch shapes (hidden-dim
-chunk x warps; the default is centroid_kernel.BEST_KERNEL_BLOCK_D x BEST_KERNEL_WARPS).
+chunk x warps; the default is centroid_kernel.BEST_KERNEL_BLOCK_D x BEST_KERNEL_WARPS),
+and with ":torch" with torch.topk selecting the top centroids instead of the Triton
+top-k kernel (centroid_kernel.CENTROID_TOPK).
 """
 
 from __future__ import annotations
@@ -80,20 +82,25 @@ def time_graph(fn: Any, h: Any, replays: int) -> tuple[float, Any]:
     return statistics.median(times), out.clone()
 
 
-def launch_shapes(text: str) -> list[tuple[int, int]]:
-    """``"64x4,128x8"`` -> [(64, 4), (128, 8)]; refused early unless both are powers of two
-    (a shape Triton rejects would count as a fused-head fallback and spoil later rows)."""
+def launch_shapes(text: str) -> list[tuple[int, int, str]]:
+    """``"64x4,128x4:torch"`` -> [(64, 4, "triton"), (128, 4, "torch")]: hidden-dim chunk,
+    warps, and how the head selects the top centroids (``CENTROID_TOPK``; default the
+    Triton kernel). Refused early unless chunk and warps are powers of two (a shape
+    Triton rejects would count as a fused-head fallback and spoil later rows)."""
     shapes = []
     for item in filter(None, text.split(",")):
-        parts = item.split("x")
+        shape, _, topk = item.partition(":")
+        parts = shape.split("x")
         if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise argparse.ArgumentTypeError(f"{item!r}: use BLOCK_DxWARPS, e.g. 128x8")
+            raise argparse.ArgumentTypeError(f"{item!r}: use BLOCK_DxWARPS[:torch], e.g. 128x8")
         block_d, warps = int(parts[0]), int(parts[1])
         if block_d & (block_d - 1) or warps & (warps - 1) or warps > 16:
             raise argparse.ArgumentTypeError(
                 f"{item!r}: BLOCK_D and warps must be powers of two (warps <= 16)"
             )
-        shapes.append((block_d, warps))
+        if topk not in ("", "triton", "torch"):
+            raise argparse.ArgumentTypeError(f"{item!r}: the top-k is 'triton' or 'torch'")
+        shapes.append((block_d, warps, topk or "triton"))
     return shapes
 
 
@@ -123,7 +130,7 @@ def main() -> None:
         "--sweep",
         type=launch_shapes,
         default=[],
-        help="fused launch shapes to time, e.g. 64x4,128x8 (BLOCK_Dxwarps, powers of two)",
+        help="fused launch shapes to time, e.g. 64x4,128x4:torch (BLOCK_DxWARPS[:torch])",
     )
     args = ap.parse_args()
 
@@ -140,15 +147,24 @@ def main() -> None:
             for head in HEADS:
                 us, picks[head] = time_graph(head_fn(model, head), h, args.replays)
                 rows_out.append(emit(rows, head, us, picks[head], picks["upstream"]))
-            for block_d, warps in args.sweep:
-                default = (centroid_kernel.BEST_KERNEL_BLOCK_D, centroid_kernel.BEST_KERNEL_WARPS)
+            for block_d, warps, topk in args.sweep:
+                default = (
+                    centroid_kernel.BEST_KERNEL_BLOCK_D,
+                    centroid_kernel.BEST_KERNEL_WARPS,
+                    centroid_kernel.CENTROID_TOPK,
+                )
                 centroid_kernel.BEST_KERNEL_BLOCK_D = block_d
                 centroid_kernel.BEST_KERNEL_WARPS = warps
+                centroid_kernel.CENTROID_TOPK = topk
                 try:
                     us, pick = time_graph(head_fn(model, "fused"), h, args.replays)
                 finally:
-                    centroid_kernel.BEST_KERNEL_BLOCK_D, centroid_kernel.BEST_KERNEL_WARPS = default
-                label = f"fused@{block_d}x{warps}"
+                    (
+                        centroid_kernel.BEST_KERNEL_BLOCK_D,
+                        centroid_kernel.BEST_KERNEL_WARPS,
+                        centroid_kernel.CENTROID_TOPK,
+                    ) = default
+                label = f"fused@{block_d}x{warps}" + (":torch" if topk == "torch" else "")
                 rows_out.append(emit(rows, label, us, pick, picks["upstream"]))
     if centroid_kernel.FALLBACKS:
         print("WARNING: the fused head fell back to dense; its rows time dense", flush=True)

@@ -15,9 +15,10 @@ full-vocabulary tensor:
   instead of copying ``T * 4096`` rows, so it should pay off at larger batches. The
   dot products are the same; only the summation order differs, which can flip a
   near-tie. Drafts are verified, so output is lossless either way;
-* ``fused``: Triton kernels that read each selected centroid's embedding rows once
-  and keep only the best (score, token id), so neither the gathered rows nor a score
-  tensor is ever written (``centroid_kernel.py``);
+* ``fused``: Triton kernels that select each row's top centroids in one launch, then
+  read each selected centroid's embedding rows once and keep only the best (score,
+  token id), so neither the gathered rows nor a score tensor is ever written
+  (``centroid_kernel.py``);
 * ``auto`` (the default): ``fused`` wherever it runs (Triton present, power-of-two
   clusters, no failed launch); otherwise ``dense`` for CUDA-graph buckets of at least
   ``AUTO_DENSE_MIN_ROWS`` rows and upstream's head below (see ``head_for_rows``).
@@ -25,7 +26,8 @@ full-vocabulary tensor:
 Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA graph
 (run F, ``bench/heads_gpu.py``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.5 /
 71.8 / 165.7 / 521.4, dense 89.5 / 106.2 / 123.5 / 150.4, fused 25.2 / 26.5 / 52.1 / 90.0
-(22.3 / 24.8 / 40.0 / 72.1 with today's launch shape), all picking upstream's token.
+(15.3 / 17.9 / 32.3 / 71.9 with today's launch shape and top-k kernel, run F2), all
+picking upstream's token.
 Whole decode steps (run F, median of 5): the draft round with ``fused`` is 0.55 / 0.59 /
 0.76 / 0.98 ms at c=1 / 8 / 32 / 128, against 0.69 / 0.80 / 1.18 / 2.39 for upstream
 ``mtp``.
@@ -37,7 +39,12 @@ from typing import Any
 
 import torch
 
-from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported, fused_top_tokens
+from vllm_frozen_kv_mtp import centroid_kernel
+from vllm_frozen_kv_mtp.centroid_kernel import (
+    fused_head_supported,
+    fused_top_centroids,
+    fused_top_tokens,
+)
 
 #: Where "fused" cannot run, "auto" scores with "dense" from this many rows up and
 #: leaves smaller batches to upstream's head. On the H200 (E4B, runs C-E) the dense
@@ -68,6 +75,18 @@ def top_centroids(
     return torch.topk(scores, k=me.centroid_intermediate_top_k, dim=-1, sorted=ordered)[1]
 
 
+def fused_head_centroids(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+    """Each row's top centroids for the fused head, in any order (its pick does not
+    depend on it): one Triton launch, or ``torch.topk`` with ``CENTROID_TOPK="torch"`` or
+    if that launch failed."""
+    me = masked_embedding
+    if centroid_kernel.CENTROID_TOPK == "triton":
+        top = fused_top_centroids(me.centroids(hidden_states), me.centroid_intermediate_top_k)
+        if top is not None:
+            return top
+    return top_centroids(me, hidden_states, ordered=not hidden_states.is_cuda)
+
+
 def candidate_tokens(masked_embedding: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     """``[T, top_k * tokens_per_centroid]`` token ids of each row's top centroids
     (upstream's candidate set and order, without scoring them)."""
@@ -81,7 +100,7 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
     """Draft token ids as Model Runner V2's default picks them (full-vocabulary
     argmax of the centroid-masked logits, ``suppress_tokens`` excluded, lowest token
     id on exact ties), scored by ``head``: "sparse" (upstream's own row gather and
-    batched dot), "dense" (one GEMM over the whole table) or "fused" (two Triton
+    batched dot), "dense" (one GEMM over the whole table) or "fused" (three Triton
     launches, see centroid_kernel.py; "dense" where Triton or its layout is missing)."""
     me = model.masked_embedding
     weight = model._get_full_lm_head_weight()
@@ -91,8 +110,7 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
             hidden_states,
             weight,
             me.token_ordering,
-            # The fused pick does not depend on centroid order (lowest id on ties).
-            top_centroids(me, hidden_states, ordered=not hidden_states.is_cuda),
+            fused_head_centroids(me, hidden_states),
             me.vocab_size_per_centroid,
             suppress,
         )

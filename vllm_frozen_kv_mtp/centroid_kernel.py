@@ -1,15 +1,17 @@
-"""``centroid_head="fused"``: a draft step's token from the centroid candidates in two
+"""``centroid_head="fused"``: a draft step's token from the centroid candidates in three
 Triton launches, without materialising their embedding rows or scores in memory.
 
 Upstream's head copies each row's ``top_k * tokens_per_centroid`` candidate embedding
 rows (4096 x 256 for E4B) before scoring them; ``dense`` reads the whole table with a
-GEMM instead. Here, one program per (row, selected centroid) reads that centroid's
-token ids and embedding rows once, dots them with the row's hidden state (fp32
-accumulation, rounded to the hidden dtype as upstream's scores are), drops
-``suppress_tokens`` and NaNs, and keeps its best (score, lowest token id); a second
-launch reduces the per-centroid winners of each row. Same pick as upstream's
-full-vocabulary argmax up to the summation order of each dot product (a near-tie may
-flip; drafts are verified, so output is lossless either way).
+GEMM instead. Here, a first launch selects each row's top centroids from the centroid
+scores (a bitonic top-k; ``torch.topk`` took 13 us of each step at 32 rows on the H200).
+Then one program per (row, selected centroid) reads that centroid's token ids and
+embedding rows once, dots them with the row's hidden state (fp32 accumulation, rounded
+to the hidden dtype as upstream's scores are), drops ``suppress_tokens`` and NaNs, and
+keeps its best (score, lowest token id); a third launch reduces the per-centroid
+winners of each row. Same pick as upstream's full-vocabulary argmax up to the summation
+order of each dot product and the order of exactly equal centroid scores at the top-k
+cut (a near-tie may flip; drafts are verified, so output is lossless either way).
 """
 
 from __future__ import annotations
@@ -39,6 +41,14 @@ FALLBACKS = 0
 #: 64x4, 72.1 vs 90.0 at 128).
 BEST_KERNEL_BLOCK_D = 128
 BEST_KERNEL_WARPS = 4
+
+
+#: how the fused head selects each row's top centroids: "triton" (one launch of
+#: ``_centroid_topk_kernel``) or "torch" (``torch.topk``, unsorted on CUDA). The whole
+#: fused head on the H200 (run F2, E4B head, ``bench/heads_gpu.py --sweep 128x4:torch``):
+#: 15.3 / 17.9 / 32.3 / 71.9 us per call at 1 / 8 / 32 / 128 rows with "triton", 21.8 /
+#: 25.7 / 39.3 / 71.9 with "torch".
+CENTROID_TOPK = "triton"
 
 
 def fused_head_supported(tokens_per_centroid: int) -> bool:
@@ -93,6 +103,32 @@ if triton is not None:
         best_id = tl.min(tl.where(score == best, ids, BIG), axis=0)
         tl.store(part_score_ptr + row * top_k + slot, best)
         tl.store(part_id_ptr + row * top_k + slot, best_id)
+
+    @triton.jit
+    def _centroid_topk_kernel(
+        scores_ptr,
+        scores_stride,
+        out_ptr,
+        n,
+        K: tl.constexpr,
+        K_POW2: tl.constexpr,
+        BLOCK_C: tl.constexpr,
+    ):
+        # One program per row. Each score becomes an order-preserving int32 key, packed
+        # above its reversed index into one int64, so Triton's bitonic top-k of the packed
+        # values yields the K best scores, the lowest index first among equal ones.
+        row = tl.program_id(0)
+        c = tl.arange(0, BLOCK_C)
+        x = tl.load(scores_ptr + row * scores_stride + c, mask=c < n, other=0.0).to(tl.float32)
+        bits = x.to(tl.int32, bitcast=True)
+        key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # negative floats: reverse order
+        key = tl.where(x == 0.0, 0, key)  # -0.0 ties with +0.0, as in torch.topk
+        packed = (key.to(tl.int64) << 32) | (BLOCK_C - 1 - c).to(tl.int64)
+        packed = tl.where(c < n, packed, -(2**63))  # padding: below every real score
+        top = tl.topk(packed, K_POW2)
+        j = tl.arange(0, K_POW2)
+        idx = BLOCK_C - 1 - (top & (BLOCK_C - 1))
+        tl.store(out_ptr + row * K + j, idx, mask=j < K)
 
     @triton.jit
     def _row_best_kernel(
@@ -155,5 +191,33 @@ def fused_top_tokens(
     except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
         FALLBACKS += 1
         logger.warning("frozen_kv_mtp: fused centroid head failed (%s); using dense", e)
+        return None
+    return out
+
+
+def fused_top_centroids(scores: torch.Tensor, top_k: int) -> torch.Tensor | None:
+    """``[T, top_k]`` int64: each row's ``top_k`` highest-scoring centroids, best first
+    (lowest index among equal scores), in one launch; None if the launch failed (logged;
+    the caller takes ``torch.topk``). ``scores`` is ``[T, num_centroids]``, rows contiguous."""
+    global FALLBACKS
+    assert triton is not None, "Triton is not installed"
+    rows, n = scores.shape
+    out = torch.empty(rows, top_k, dtype=torch.int64, device=scores.device)
+    if rows == 0:
+        return out
+    assert scores.stride(1) == 1 and 0 < top_k <= n
+    try:
+        _centroid_topk_kernel[(rows,)](
+            scores,
+            scores.stride(0),
+            out,
+            n,
+            K=top_k,
+            K_POW2=triton.next_power_of_2(top_k),
+            BLOCK_C=triton.next_power_of_2(n),
+        )
+    except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
+        FALLBACKS += 1
+        logger.warning("frozen_kv_mtp: centroid top-k kernel failed (%s); using torch", e)
         return None
     return out

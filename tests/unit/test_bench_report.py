@@ -65,8 +65,8 @@ def test_report_overheads_ratios_speedups_and_gpu_idle() -> None:
 
 
 def test_heads_sweep_shapes_are_parsed_or_refused_early() -> None:
-    assert launch_shapes("64x4,128x8") == [(64, 4), (128, 8)]
+    assert launch_shapes("64x4,128x8:torch") == [(64, 4, "triton"), (128, 8, "torch")]
     assert launch_shapes("") == []
-    for bad in ("64", "48x4", "64x32", "ax4", "64x4x2"):
+    for bad in ("64", "48x4", "64x32", "ax4", "64x4x2", "64x4:cub"):
         with pytest.raises(argparse.ArgumentTypeError, match=bad):
             launch_shapes(bad)

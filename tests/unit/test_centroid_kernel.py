@@ -43,7 +43,13 @@ def _model(seed: int, suppress: list[int] | None) -> Any:
 def check() -> None:
     """Run inside the interpreter subprocess."""
     from vllm_frozen_kv_mtp.centroid_head import candidate_tokens, top_centroids, top_tokens
-    from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported, fused_top_tokens
+    from vllm_frozen_kv_mtp.centroid_kernel import (
+        fused_head_supported,
+        fused_top_centroids,
+        fused_top_tokens,
+    )
+
+    check_top_centroids(fused_top_centroids)
 
     assert fused_head_supported(VOCAB // CENTROIDS)
     with torch.no_grad():
@@ -90,6 +96,31 @@ def check() -> None:
     print("fused head matches")
 
 
+def check_top_centroids(fused_top_centroids: Any) -> None:
+    """The top-k kernel selects what ``torch.topk`` selects, best first and the lowest
+    index first among equal scores (ties at the cut included), for bf16 and fp32 scores,
+    non-power-of-two sizes, signed zeros and NaN rows."""
+    g = torch.Generator().manual_seed(11)
+    cases = ((2048, 32, torch.bfloat16), (40, 5, torch.float32), (300, 7, torch.float32))
+    for n, k, dtype in cases:
+        scores = torch.randn(6, n, generator=g)
+        if n == 2048:
+            scores = (scores * 4).round() / 4  # coarse values: many ties, also at the cut
+        scores[1, : n // 2] = -0.0
+        scores[1, n // 2 :] = 0.0  # signed zeros tie: the lowest indices win
+        scores[2, n // 3] = float("inf")
+        scores = scores.to(dtype)
+        got = fused_top_centroids(scores, k)
+        assert got is not None and got.shape == (6, k) and got.dtype == torch.int64
+        for r in range(5):
+            row = scores[r].float().tolist()
+            assert got[r].tolist() == sorted(range(n), key=lambda i: (-row[i], i))[:k], (n, r)
+        assert torch.equal(scores[:5].gather(1, got[:5]), torch.topk(scores[:5], k).values)
+        scores[5] = float("nan")  # a stale padded row: still k distinct, valid indices
+        assert fused_top_centroids(scores, k)[5].tolist() == list(range(k))
+    print("top-k kernel matches")
+
+
 class _Raising:
     """A kernel whose launch raises (as a compile error would)."""
 
@@ -102,4 +133,4 @@ class _Raising:
 
 def test_fused_head_picks_what_the_dense_head_picks() -> None:
     out = run_in_triton_interpreter("from tests.unit.test_centroid_kernel import check; check()")
-    assert "fused head matches" in out
+    assert "top-k kernel matches" in out and "fused head matches" in out
