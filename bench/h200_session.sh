@@ -65,8 +65,8 @@ tests_v2() { # V2_TESTS="a pytest -k expression" narrows them; default: all but 
     --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v2.log 2>&1
 }
 
-heads() { # centroid heads alone, E4B head shape (seconds; HEADS=0 skips; HEADS_SWEEP="64x4,128x8"
-  # also times the fused kernel at those launch shapes)
+heads() { # centroid heads alone, E4B head shape (seconds; HEADS=0 skips; HEADS_SWEEP="64x4,128x4:torch"
+  # also times the fused head at those launch shapes, ":torch" with torch.topk's centroids)
   [ "${HEADS:-1}" = 1 ] || return 0
   CUDA_VISIBLE_DEVICES=$1 python bench/heads_gpu.py --json $W/h200_heads.json \
     ${HEADS_SWEEP:+--sweep "$HEADS_SWEEP"} >$W/heads.log 2>&1
