@@ -31,8 +31,9 @@ logger = logging.getLogger("vllm.frozen_kv_mtp")
 BIG_ID = 2**62
 
 
-#: launches that raised (e.g. a compile error); the head then falls back to "dense" for
-#: good. The GPU tests assert it stays 0.
+#: launches that raised (e.g. a compile error), of either fused-head kernel; the head
+#: then falls back to "dense" for good (``fused_head_supported``). The GPU tests assert
+#: it stays 0.
 FALLBACKS = 0
 
 #: launch shape of the per-centroid kernel: hidden-dim chunk and warps per program.
@@ -154,7 +155,6 @@ def fused_top_tokens(
 ) -> torch.Tensor | None:
     """``[T]`` token ids: per row, the best-scoring token of its ``top_centroids``; None
     if the launch failed (logged once; the caller scores another way)."""
-    global FALLBACKS
     assert triton is not None, "Triton is not installed"
     rows, top_k = top_centroids.shape
     dev = hidden_states.device
@@ -189,8 +189,7 @@ def fused_top_tokens(
             part_score, part_id, out, top_k, BLOCK_K=triton.next_power_of_2(top_k), BIG=BIG_ID
         )
     except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
-        FALLBACKS += 1
-        logger.warning("frozen_kv_mtp: fused centroid head failed (%s); using dense", e)
+        _launch_failed("fused centroid head", "dense", e)
         return None
     return out
 
@@ -199,7 +198,6 @@ def fused_top_centroids(scores: torch.Tensor, top_k: int) -> torch.Tensor | None
     """``[T, top_k]`` int64: each row's ``top_k`` highest-scoring centroids, best first
     (lowest index among equal scores), in one launch; None if the launch failed (logged;
     the caller takes ``torch.topk``). ``scores`` is ``[T, num_centroids]``, rows contiguous."""
-    global FALLBACKS
     assert triton is not None, "Triton is not installed"
     rows, n = scores.shape
     out = torch.empty(rows, top_k, dtype=torch.int64, device=scores.device)
@@ -217,7 +215,13 @@ def fused_top_centroids(scores: torch.Tensor, top_k: int) -> torch.Tensor | None
             BLOCK_C=triton.next_power_of_2(n),
         )
     except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
-        FALLBACKS += 1
-        logger.warning("frozen_kv_mtp: centroid top-k kernel failed (%s); using torch", e)
+        _launch_failed("centroid top-k kernel", "torch", e)
         return None
     return out
+
+
+def _launch_failed(what: str, instead: str, error: Exception) -> None:
+    """Count a failed launch (which turns the fused head off for good) and say so."""
+    global FALLBACKS
+    FALLBACKS += 1
+    logger.warning("frozen_kv_mtp: %s failed (%s); using %s", what, error, instead)
