@@ -19,8 +19,13 @@ full-vocabulary tensor:
   read each selected centroid's embedding rows once and keep only the best (score,
   token id), so neither the gathered rows nor a score tensor is ever written
   (``centroid_kernel.py``);
-* ``auto`` (the default): ``fused`` wherever it runs (Triton present, power-of-two
-  clusters, no failed launch); otherwise ``dense`` for CUDA-graph buckets of at least
+* ``tiled``: ``fused`` with one scoring program per (block of rows, centroid) instead of
+  one per (row, centroid), so a centroid that several rows selected is read once per
+  block with one tensor-core dot. At 128 rows upstream copies 128 x 4096 rows (256 MiB
+  for E4B), while the union of the rows' centroids is at most the whole table (128 MiB);
+* ``auto`` (the default): where the fused kernels run (Triton present, power-of-two
+  clusters, no failed launch), ``tiled`` for CUDA-graph buckets of at least
+  ``AUTO_TILED_MIN_ROWS`` rows and ``fused`` below; otherwise ``dense`` from
   ``AUTO_DENSE_MIN_ROWS`` rows and upstream's head below (see ``head_for_rows``).
 
 Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA graph
@@ -52,6 +57,12 @@ from vllm_frozen_kv_mtp.centroid_kernel import (
 #: from 32 rows (124 vs 166 us per call; 151 vs 522 at 128 rows).
 AUTO_DENSE_MIN_ROWS = 32
 
+#: Where the fused kernels run, "auto" takes "tiled" from this many rows up. Reasoning,
+#: not yet an H200 measurement (run G times both): at 32 rows the union of the rows' top
+#: centroids is about 40% of the table for random hidden states and 86% at 128 rows,
+#: against 32 and 128 full copies of 4096 rows with "fused".
+AUTO_TILED_MIN_ROWS = 32
+
 
 def head_for_rows(head: str, rows: int, fused_ok: bool = False) -> str:
     """The head that scores a batch of ``rows`` draft rows; ``fused_ok`` says whether
@@ -59,8 +70,8 @@ def head_for_rows(head: str, rows: int, fused_ok: bool = False) -> str:
     CUDA-graph bucket size), so the choice is fixed per captured graph."""
     if head != "auto":
         return head
-    if fused_ok:  # the fastest head at every row count measured (1-128, run E)
-        return "fused"
+    if fused_ok:  # "fused": the fastest head at every row count measured (1-128, run E)
+        return "tiled" if rows >= AUTO_TILED_MIN_ROWS else "fused"
     return "dense" if rows >= AUTO_DENSE_MIN_ROWS else "upstream"
 
 
@@ -100,12 +111,13 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
     """Draft token ids as Model Runner V2's default picks them (full-vocabulary
     argmax of the centroid-masked logits, ``suppress_tokens`` excluded, lowest token
     id on exact ties), scored by ``head``: "sparse" (upstream's own row gather and
-    batched dot), "dense" (one GEMM over the whole table) or "fused" (three Triton
-    launches, see centroid_kernel.py; "dense" where Triton or its layout is missing)."""
+    batched dot), "dense" (one GEMM over the whole table), "fused" or "tiled" (three
+    Triton launches, see centroid_kernel.py; "dense" where Triton or its layout is
+    missing)."""
     me = model.masked_embedding
     weight = model._get_full_lm_head_weight()
     suppress = getattr(model, "_suppress_idx", None)
-    if head == "fused" and fused_head_supported(me.vocab_size_per_centroid):
+    if head in ("fused", "tiled") and fused_head_supported(me.vocab_size_per_centroid):
         picked = fused_top_tokens(
             hidden_states,
             weight,
@@ -113,10 +125,11 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
             fused_head_centroids(me, hidden_states),
             me.vocab_size_per_centroid,
             suppress,
+            tiled=head == "tiled" and me.vocab_size_per_centroid >= 16,  # tl.dot's minimum
         )
         if picked is not None:
             return picked
-    if head in ("dense", "fused"):  # "fused" without Triton or with odd cluster sizes
+    if head in ("dense", "fused", "tiled"):  # fused kernels without Triton or layout
         cand = candidate_tokens(me, hidden_states)
         scores = torch.mm(hidden_states, weight[: me.vocab_size].t()).gather(1, cand)
     else:

@@ -12,6 +12,11 @@ keeps its best (score, lowest token id); a third launch reduces the per-centroid
 winners of each row. Same pick as upstream's full-vocabulary argmax up to the summation
 order of each dot product and the order of exactly equal centroid scores at the top-k
 cut (a near-tie may flip; drafts are verified, so output is lossless either way).
+
+``centroid_head="tiled"`` replaces the second launch with one program per (block of
+rows, centroid): a centroid selected by several rows of the block is read once and
+scored with one tensor-core dot (``tl.dot``; IEEE fp32 for fp32 models), and a centroid
+no row of the block selected costs only the check. Same winners and tie rule.
 """
 
 from __future__ import annotations
@@ -52,6 +57,14 @@ BEST_KERNEL_WARPS = 4
 CENTROID_TOPK = "triton"
 
 
+#: launch shape of the tiled kernel (``centroid_head="tiled"``): rows per program (at
+#: most; fewer for smaller batches, never under tl.dot's 16), hidden-dim chunk, warps.
+#: Not yet measured on the H200: run G sweeps it (``bench/heads_gpu.py --tiles``).
+TILE_BLOCK_M = 64
+TILE_BLOCK_D = 64
+TILE_WARPS = 4
+
+
 def fused_head_supported(tokens_per_centroid: int) -> bool:
     """Triton present, no failed launch, and a power-of-two cluster size (one block
     per centroid)."""
@@ -60,6 +73,15 @@ def fused_head_supported(tokens_per_centroid: int) -> bool:
 
 
 if triton is not None:
+
+    @triton.jit
+    def _candidate_scores(acc, ids, suppress_ptr, num_suppress, hidden_ptr):
+        # Upstream's scores come out of a matmul in the hidden dtype: compare those.
+        score = acc.to(hidden_ptr.dtype.element_ty).to(tl.float32)
+        score = tl.where(score != score, float("-inf"), score)  # NaN (stale padded rows)
+        for k in range(num_suppress):
+            score = tl.where(ids == tl.load(suppress_ptr + k), float("-inf"), score)
+        return score
 
     @triton.jit
     def _centroid_best_kernel(
@@ -95,15 +117,73 @@ if triton is not None:
                 other=0.0,
             )
             acc += tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], axis=1)
-        # Upstream's scores come out of a matmul in the hidden dtype: compare those.
-        score = acc.to(hidden_ptr.dtype.element_ty).to(tl.float32)
-        score = tl.where(score != score, float("-inf"), score)  # NaN (stale padded rows)
-        for k in range(num_suppress):
-            score = tl.where(ids == tl.load(suppress_ptr + k), float("-inf"), score)
+        score = _candidate_scores(acc, ids, suppress_ptr, num_suppress, hidden_ptr)
         best = tl.max(score, axis=0)
         best_id = tl.min(tl.where(score == best, ids, BIG), axis=0)
         tl.store(part_score_ptr + row * top_k + slot, best)
         tl.store(part_id_ptr + row * top_k + slot, best_id)
+
+    @triton.jit
+    def _centroid_tile_kernel(
+        hidden_ptr,
+        hidden_stride,
+        weight_ptr,
+        weight_stride,
+        ordering_ptr,
+        top_ptr,
+        top_stride,
+        suppress_ptr,
+        num_suppress,
+        part_score_ptr,
+        part_id_ptr,
+        rows,
+        top_k,
+        dim,
+        PER: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        IEEE: tl.constexpr,
+        BIG: tl.constexpr,
+    ):
+        # One program per (block of rows, centroid). It reads the centroid's embedding
+        # rows once for every row of the block that selected it (none: no weight
+        # traffic) and scores them with one tensor-core dot.
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        centroid = tl.program_id(1)
+        kk = tl.arange(0, BLOCK_K)
+        picks = tl.load(
+            top_ptr + r[:, None] * top_stride + kk[None, :],
+            mask=(r[:, None] < rows) & (kk[None, :] < top_k),
+            other=-1,
+        )
+        slot = tl.min(tl.where(picks == centroid, kk[None, :], BLOCK_K), axis=1)
+        member = slot < BLOCK_K  # this row selected the centroid, as its top-k `slot`
+        used = tl.max(member.to(tl.int32), axis=0) > 0
+        ids = tl.load(ordering_ptr + centroid * PER + tl.arange(0, PER)).to(tl.int64)
+        acc = tl.zeros([BLOCK_M, PER], dtype=tl.float32)
+        for d0 in range(0, dim, BLOCK_D):
+            d = d0 + tl.arange(0, BLOCK_D)
+            dm = d < dim
+            h = tl.load(
+                hidden_ptr + r[:, None] * hidden_stride + d[None, :],
+                mask=member[:, None] & dm[None, :],
+                other=0.0,
+            )
+            w = tl.load(
+                weight_ptr + ids[:, None] * weight_stride + d[None, :],
+                mask=used & dm[None, :],
+                other=0.0,
+            )
+            if IEEE:  # fp32 models: no TF32 rounding of the inputs
+                acc += tl.dot(h, tl.trans(w), input_precision="ieee")
+            else:
+                acc += tl.dot(h, tl.trans(w))
+        score = _candidate_scores(acc, ids[None, :], suppress_ptr, num_suppress, hidden_ptr)
+        best = tl.max(score, axis=1)
+        best_id = tl.min(tl.where(score == best[:, None], ids[None, :], BIG), axis=1)
+        tl.store(part_score_ptr + r * top_k + slot, best, mask=member)
+        tl.store(part_id_ptr + r * top_k + slot, best_id, mask=member)
 
     @triton.jit
     def _centroid_topk_kernel(
@@ -152,9 +232,12 @@ def fused_top_tokens(
     top_centroids: torch.Tensor,
     tokens_per_centroid: int,
     suppress_idx: torch.Tensor | None,
+    tiled: bool = False,
 ) -> torch.Tensor | None:
     """``[T]`` token ids: per row, the best-scoring token of its ``top_centroids``; None
-    if the launch failed (logged once; the caller scores another way)."""
+    if the launch failed (logged once; the caller scores another way). ``tiled`` scores
+    with one program per (block of rows, centroid) instead of one per (row, centroid):
+    each selected centroid's rows are read once per block, not once per row."""
     assert triton is not None, "Triton is not installed"
     rows, top_k = top_centroids.shape
     dev = hidden_states.device
@@ -164,27 +247,46 @@ def fused_top_tokens(
     if rows == 0:
         return out
     dim = hidden_states.shape[-1]
-    suppress = suppress_idx if suppress_idx is not None else part_id  # unread when 0
+    common = (
+        hidden_states,
+        hidden_states.stride(0),
+        weight,
+        weight.stride(0),
+        token_ordering,
+        top_centroids,
+        top_centroids.stride(0),
+        suppress_idx if suppress_idx is not None else part_id,  # unread when 0
+        0 if suppress_idx is None else suppress_idx.numel(),
+        part_score,
+        part_id,
+    )
     try:
-        _centroid_best_kernel[(rows, top_k)](
-            hidden_states,
-            hidden_states.stride(0),
-            weight,
-            weight.stride(0),
-            token_ordering,
-            top_centroids,
-            top_centroids.stride(0),
-            suppress,
-            0 if suppress_idx is None else suppress_idx.numel(),
-            part_score,
-            part_id,
-            top_k,
-            dim,
-            PER=tokens_per_centroid,
-            BLOCK_D=min(BEST_KERNEL_BLOCK_D, triton.next_power_of_2(dim)),
-            BIG=BIG_ID,
-            num_warps=BEST_KERNEL_WARPS,
-        )
+        if tiled:
+            block_m = min(TILE_BLOCK_M, max(16, triton.next_power_of_2(rows)))  # tl.dot: >= 16
+            grid = (triton.cdiv(rows, block_m), token_ordering.numel() // tokens_per_centroid)
+            _centroid_tile_kernel[grid](
+                *common,
+                rows,
+                top_k,
+                dim,
+                PER=tokens_per_centroid,
+                BLOCK_M=block_m,
+                BLOCK_K=triton.next_power_of_2(top_k),
+                BLOCK_D=min(TILE_BLOCK_D, max(16, triton.next_power_of_2(dim))),
+                IEEE=hidden_states.dtype == torch.float32,
+                BIG=BIG_ID,
+                num_warps=TILE_WARPS,
+            )
+        else:
+            _centroid_best_kernel[(rows, top_k)](
+                *common,
+                top_k,
+                dim,
+                PER=tokens_per_centroid,
+                BLOCK_D=min(BEST_KERNEL_BLOCK_D, triton.next_power_of_2(dim)),
+                BIG=BIG_ID,
+                num_warps=BEST_KERNEL_WARPS,
+            )
         _row_best_kernel[(rows,)](
             part_score, part_id, out, top_k, BLOCK_K=triton.next_power_of_2(top_k), BIG=BIG_ID
         )

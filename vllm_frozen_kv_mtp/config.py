@@ -68,7 +68,7 @@ class FrozenKVMTPConfigError(ValueError):
 
 
 #: values of the ``centroid_head`` option (see centroid_head.py)
-CENTROID_HEADS = ("upstream", "sparse", "dense", "fused", "auto")
+CENTROID_HEADS = ("upstream", "sparse", "dense", "fused", "tiled", "auto")
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,11 @@ class FrozenKVOptions:
     #: (a debugging guard: it syncs with the device, so keep it off in production)
     kv_guard: bool = False
     #: how Model Runner V2 picks draft tokens from a centroid head (E2B/E4B assistants):
-    #: "auto" (default: fused where its Triton kernels run, else dense for graph
-    #: buckets of at least AUTO_DENSE_MIN_ROWS rows and upstream's below; on the V1
-    #: runner, V1's own head), "upstream" (vLLM's
-    #: full-vocabulary argmax), "sparse", "dense" or "fused"; see centroid_head.py
+    #: "auto" (default: where its Triton kernels run, tiled for graph buckets of at
+    #: least AUTO_TILED_MIN_ROWS rows and fused below; else dense from
+    #: AUTO_DENSE_MIN_ROWS rows and upstream's below; on the V1 runner, V1's own head),
+    #: "upstream" (vLLM's full-vocabulary argmax), "sparse", "dense", "fused" or
+    #: "tiled"; see centroid_head.py
     centroid_head: str = "auto"
 
     @classmethod

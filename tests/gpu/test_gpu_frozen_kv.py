@@ -148,14 +148,15 @@ def test_random_weights_match_upstream_mtp(runner: str) -> None:
 def test_v2_centroid_heads_draft_what_upstream_drafts(
     runner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The centroid_head options ("sparse", "dense", "fused", "auto") change how Model Runner V2
-    scores draft tokens, not which: every round's drafts equal upstream's head's
-    (fp32). With Triton on CUDA, "auto" scores every bucket with "fused". 40 requests
-    at once put the first rounds in a >=32-row graph bucket."""
+    """The centroid_head options ("sparse", "dense", "fused", "tiled", "auto") change how
+    Model Runner V2 scores draft tokens, not which: every round's drafts equal upstream's
+    head's (fp32). With Triton on CUDA, "auto" scores buckets below AUTO_TILED_MIN_ROWS
+    with "fused" and larger ones with "tiled". 40 requests at once put the first rounds
+    in a >=32-row graph bucket."""
     if runner != "v2":
         pytest.skip("centroid_head applies to Model Runner V2")
     import vllm_frozen_kv_mtp.speculator as speculator_module
-    from vllm_frozen_kv_mtp.centroid_head import AUTO_DENSE_MIN_ROWS
+    from vllm_frozen_kv_mtp.centroid_head import AUTO_TILED_MIN_ROWS
 
     calls: dict[str, list[tuple[str, int]]] = {}
     original_top_tokens = speculator_module.top_tokens
@@ -171,7 +172,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     prompts = [f"{p} # {i}" for i in range(3) for p in PROMPTS][:40]
     kw = {**GRAPH_KW, "max_num_seqs": len(prompts)}
     drafts, outs = {}, {}
-    for head in ("upstream", "sparse", "dense", "fused", "auto"):
+    for head in ("upstream", "sparse", "dense", "fused", "tiled", "auto"):
         spec = {
             "method": "frozen_kv_mtp",
             "model": assistant,
@@ -186,10 +187,13 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     assert {h for h, _ in calls["sparse"]} == {"sparse"}
     assert {h for h, _ in calls["dense"]} == {"dense"}
     assert {h for h, _ in calls["fused"]} == {"fused"}
-    # "auto": fused for every bucket, large and small.
-    assert {h for h, _ in calls["auto"]} == {"fused"}
-    assert min(rows for _, rows in calls["auto"]) < AUTO_DENSE_MIN_ROWS
-    assert max(len(r) for r in drafts["auto"]) >= AUTO_DENSE_MIN_ROWS
+    assert {h for h, _ in calls["tiled"]} == {"tiled"}
+    # "auto": fused for small buckets, tiled for large ones, and both were used.
+    assert {(h, rows >= AUTO_TILED_MIN_ROWS) for h, rows in calls["auto"]} == {
+        ("fused", False),
+        ("tiled", True),
+    }
+    assert max(len(r) for r in drafts["auto"]) >= AUTO_TILED_MIN_ROWS
     assert drafts["sparse"] == drafts["upstream"]
     assert drafts["dense"] == drafts["upstream"]
     import vllm_frozen_kv_mtp.centroid_kernel as centroid_kernel
@@ -198,5 +202,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     assert centroid_kernel.FALLBACKS == 0, "the fused head fell back to dense"
     assert seed_rows.FALLBACKS == 0, "the seed-row kernel fell back to torch ops"
     assert drafts["fused"] == drafts["upstream"]
+    assert drafts["tiled"] == drafts["upstream"]
     assert drafts["auto"] == drafts["upstream"]
-    assert outs["sparse"] == outs["dense"] == outs["fused"] == outs["auto"] == outs["upstream"]
+    for head in ("sparse", "dense", "fused", "tiled", "auto"):
+        assert outs[head] == outs["upstream"], head

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from bench_gpu import report  # noqa: E402
-from heads_gpu import launch_shapes  # noqa: E402
+from heads_gpu import launch_shapes, tile_shapes  # noqa: E402
 
 
 def _row(method: str, step_ms: float, kernel_ms: float, draft: float | None = None) -> Any:
@@ -70,3 +70,7 @@ def test_heads_sweep_shapes_are_parsed_or_refused_early() -> None:
     for bad in ("64", "48x4", "64x32", "ax4", "64x4x2", "64x4:cub"):
         with pytest.raises(argparse.ArgumentTypeError, match=bad):
             launch_shapes(bad)
+    assert tile_shapes("16x4,128x8") == [(16, 4), (128, 8)]
+    for bad in ("8x4", "48x4", "64x32", "64", "64x4:torch"):
+        with pytest.raises(argparse.ArgumentTypeError, match=bad):
+            tile_shapes(bad)

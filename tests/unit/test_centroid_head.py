@@ -15,6 +15,7 @@ import torch
 
 from vllm_frozen_kv_mtp.centroid_head import (
     AUTO_DENSE_MIN_ROWS,
+    AUTO_TILED_MIN_ROWS,
     candidate_tokens,
     head_for_rows,
     top_tokens,
@@ -112,14 +113,16 @@ def test_non_finite_rows_still_get_a_real_token_id(head: str) -> None:
     assert torch.equal(got[finite], _v2_pick(model, h)[finite])
 
 
-def test_auto_head_is_fused_where_it_runs_else_dense_for_large_buckets_only() -> None:
-    for rows in (1, AUTO_DENSE_MIN_ROWS - 1, AUTO_DENSE_MIN_ROWS, 512):
+def test_auto_head_is_fused_or_tiled_where_they_run_else_dense_for_large_buckets_only() -> None:
+    for rows in (1, AUTO_TILED_MIN_ROWS - 1):
         assert head_for_rows("auto", rows, fused_ok=True) == "fused"
+    for rows in (AUTO_TILED_MIN_ROWS, 512):
+        assert head_for_rows("auto", rows, fused_ok=True) == "tiled"
     assert head_for_rows("auto", 1) == "upstream"
     assert head_for_rows("auto", AUTO_DENSE_MIN_ROWS - 1) == "upstream"
     assert head_for_rows("auto", AUTO_DENSE_MIN_ROWS) == "dense"
     assert head_for_rows("auto", 512) == "dense"
-    for head in ("upstream", "sparse", "dense", "fused"):
+    for head in ("upstream", "sparse", "dense", "fused", "tiled"):
         for ok in (False, True):
             assert head_for_rows(head, 1, ok) == head_for_rows(head, 512, ok) == head
 
@@ -128,7 +131,8 @@ def test_auto_head_is_fused_where_it_runs_else_dense_for_large_buckets_only() ->
     ("option", "fused_ok", "rows", "want"),
     [
         ("auto", True, 1, "fused"),
-        ("auto", True, 64, "fused"),
+        ("auto", True, AUTO_TILED_MIN_ROWS - 1, "fused"),
+        ("auto", True, 64, "tiled"),
         ("auto", False, 1, "upstream"),  # no Triton: upstream's head for small buckets
         ("auto", False, AUTO_DENSE_MIN_ROWS, "dense"),
         ("upstream", True, 64, "upstream"),
