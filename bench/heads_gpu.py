@@ -203,6 +203,8 @@ def main() -> None:
                     centroid_kernel.TILE_BLOCK_M, centroid_kernel.TILE_WARPS = default_tile
                 label = f"tiled@{block_m}x{warps}"
                 rows_out.append(emit(rows, label, us, pick, picks["upstream"]))
+    if centroid_kernel.TILED_FALLBACKS:
+        print("WARNING: the tiled head fell back to fused; its rows time fused", flush=True)
     if centroid_kernel.FALLBACKS:
         print("WARNING: the fused head fell back to dense; its rows time dense", flush=True)
     print("\n| rows | " + " | ".join(f"{h} us" for h in HEADS) + " |")

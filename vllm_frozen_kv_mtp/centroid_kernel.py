@@ -22,6 +22,7 @@ no row of the block selected costs only the check. Same winners and tie rule.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 
@@ -40,6 +41,9 @@ BIG_ID = 2**62
 #: then falls back to "dense" for good (``fused_head_supported``). The GPU tests assert
 #: it stays 0.
 FALLBACKS = 0
+#: launches of the tiled kernel that raised; "tiled" then scores with the per-centroid
+#: kernel ("fused") for good. The GPU tests assert it stays 0 as well.
+TILED_FALLBACKS = 0
 
 #: launch shape of the per-centroid kernel: hidden-dim chunk and warps per program.
 #: The fastest of 64x4, 128x4, 128x8 and 256x8 on the H200 at 32 and 128 rows (run F,
@@ -261,23 +265,7 @@ def fused_top_tokens(
         part_id,
     )
     try:
-        if tiled:
-            block_m = min(TILE_BLOCK_M, max(16, triton.next_power_of_2(rows)))  # tl.dot: >= 16
-            grid = (triton.cdiv(rows, block_m), token_ordering.numel() // tokens_per_centroid)
-            _centroid_tile_kernel[grid](
-                *common,
-                rows,
-                top_k,
-                dim,
-                PER=tokens_per_centroid,
-                BLOCK_M=block_m,
-                BLOCK_K=triton.next_power_of_2(top_k),
-                BLOCK_D=min(TILE_BLOCK_D, max(16, triton.next_power_of_2(dim))),
-                IEEE=hidden_states.dtype == torch.float32,
-                BIG=BIG_ID,
-                num_warps=TILE_WARPS,
-            )
-        else:
+        if not (tiled and _tiles(common, rows, top_k, dim, tokens_per_centroid, token_ordering)):
             _centroid_best_kernel[(rows, top_k)](
                 *common,
                 top_k,
@@ -294,6 +282,38 @@ def fused_top_tokens(
         _launch_failed("fused centroid head", "dense", e)
         return None
     return out
+
+
+def _tiles(
+    common: tuple[Any, ...], rows: int, top_k: int, dim: int, per: int, ordering: torch.Tensor
+) -> bool:
+    """Launch the tiled kernel; False (counted in ``TILED_FALLBACKS``, logged) if that
+    raised, and the caller scores with the per-centroid kernel, as it will from then on."""
+    global TILED_FALLBACKS
+    if TILED_FALLBACKS:
+        return False
+    block_m = min(TILE_BLOCK_M, max(16, triton.next_power_of_2(rows)))  # tl.dot: >= 16
+    try:
+        _centroid_tile_kernel[(triton.cdiv(rows, block_m), ordering.numel() // per)](
+            *common,
+            rows,
+            top_k,
+            dim,
+            PER=per,
+            BLOCK_M=block_m,
+            BLOCK_K=triton.next_power_of_2(top_k),
+            BLOCK_D=min(TILE_BLOCK_D, max(16, triton.next_power_of_2(dim))),
+            IEEE=common[0].dtype == torch.float32,
+            BIG=BIG_ID,
+            num_warps=TILE_WARPS,
+        )
+    except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
+        TILED_FALLBACKS += 1
+        logger.warning(
+            "frozen_kv_mtp: tiled centroid kernel failed (%s); using the per-centroid one", e
+        )
+        return False
+    return True
 
 
 def fused_top_centroids(scores: torch.Tensor, top_k: int) -> torch.Tensor | None:

@@ -200,6 +200,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     import vllm_frozen_kv_mtp.seed_rows as seed_rows
 
     assert centroid_kernel.FALLBACKS == 0, "the fused head fell back to dense"
+    assert centroid_kernel.TILED_FALLBACKS == 0, "the tiled head fell back to fused"
     assert seed_rows.FALLBACKS == 0, "the seed-row kernel fell back to torch ops"
     assert drafts["fused"] == drafts["upstream"]
     assert drafts["tiled"] == drafts["upstream"]

@@ -143,6 +143,16 @@ def check_tiled() -> None:
             got = fused_top_tokens(h, weight, me.token_ordering, perm, 64, None, tiled=True)
             assert got is not None and torch.equal(got, want)
         assert torch.equal(want, top_tokens(model, h, "dense"))
+        # A tiled launch that raises: counted, and the per-centroid kernel scores instead.
+        from vllm_frozen_kv_mtp import centroid_kernel
+
+        tile_kernel = centroid_kernel._centroid_tile_kernel
+        centroid_kernel._centroid_tile_kernel = _Raising()  # type: ignore[assignment]
+        got = fused_top_tokens(h, weight, me.token_ordering, top, 64, None, tiled=True)
+        assert centroid_kernel.TILED_FALLBACKS == 1 and centroid_kernel.FALLBACKS == 0
+        assert got is not None and torch.equal(got, want)
+        centroid_kernel._centroid_tile_kernel = tile_kernel
+        centroid_kernel.TILED_FALLBACKS = 0
         h[3] = float("nan")  # a NaN row in a block with finite rows
         got = top_tokens(model, h, "tiled")
         assert 0 <= got[3].item() < VOCAB
