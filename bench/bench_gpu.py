@@ -112,14 +112,18 @@ class DraftTimer:
 
 
 def parse_method(text: str) -> tuple[str, dict[str, Any]]:
-    """``"frozen_kv_mtp:centroid_head=dense/kv_guard=false"`` -> method and options."""
+    """``"frozen_kv_mtp:centroid_head=dense/kv_guard=false/sliding_split_kv_max_rows=8"``
+    -> method and options (integers and booleans converted)."""
     method, _, rest = text.partition(":")
     if method not in METHODS:
         raise SystemExit(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
     options: dict[str, Any] = {}
     for item in filter(None, rest.split("/")):
         key, _, value = item.partition("=")
-        options[key] = {"true": True, "false": False}.get(value.lower(), value)
+        if value.lstrip("-").isdigit():
+            options[key] = int(value)  # e.g. sliding_split_kv_max_rows=8
+        else:
+            options[key] = {"true": True, "false": False}.get(value.lower(), value)
     return method, options
 
 
@@ -559,6 +563,8 @@ def main() -> None:
             slim = [
                 {k: r.get(k) for k in FIELDS}
                 | {"run": r.get("run", ""), "k": r.get("k"), "mode": r.get("mode")}
+                # rows typed in from a printed report say so (BENCHMARKS.md, run H)
+                | ({"source": r["source"]} if r.get("source") else {})
                 for r in rows
             ]
             Path(args.json).write_text(json.dumps(slim, indent=1) + "\n")

@@ -10,10 +10,13 @@
 #   bash bench/h200_session.sh wait 560     # follow it up to 560 s; pack logs into $OUT
 #
 #     (more env: PROFILES="frozen_kv_mtp:centroid_head=dense@32 ...", kernel profiles of a
-#      draft round; BENCH_31B=0 skips 31B on one GPU; RUN_26B=1 tries 26B-A4B;
+#      draft round; BENCH_31B=0 skips 31B on one GPU, E4B=0 skips E4B (a 31B-only
+#      session), B31_ARGS extra flags for 31B; RUN_26B=1 tries 26B-A4B;
 #      TESTS="v2" runs only the V2 GPU tests on one GPU, TESTS="" none, TESTS_FIRST=1
 #      runs them before the E4B benchmark; E4B_ARGS, extra bench_gpu.py flags such as
-#      "--profile-at 32,128 --profile-ttft 1024")
+#      "--profile-at 32,128 --profile-ttft 1024"; ATTN=1 times the draft-step attention
+#      alone first (bench/attn_gpu.py), and a method "frozen_kv_mtp:sliding_split_kv_max_rows=@ATTN"
+#      then runs with its recommendation)
 #
 # Plan with two GPUs (two lanes, one GPU each; then both GPUs):
 #   lane A, GPU 0: E4B benchmark (none/mtp/frozen_kv_mtp, compiled), V1-runner GPU tests,
@@ -32,20 +35,36 @@ late() { # true once the plan has run longer than LATE_S (later steps are skippe
   [ $(($(date +%s) - $(cat $W/t0))) -ge "${LATE_S:-840}" ]
 }
 
-bench_e4b() { # E4B_RUNNERS="v2 v1": Model Runner V2 (the GPU default), then V1
+attn_methods() { # E4B_METHODS with "@ATTN" replaced by attn_gpu.py's recommendation; a
+  # method naming @ATTN is dropped when there is none or it is E4B's vLLM default (>= 64)
+  local n methods="${E4B_METHODS:-frozen_kv_mtp,mtp,none}"
+  case "$methods" in *@ATTN*) ;; *) echo "$methods"; return ;; esac
+  n=$(sed -n 's/^RECOMMEND sliding_split_kv_max_rows=//p' $W/attn.log 2>/dev/null | tail -n 1)
+  if [ -n "$n" ] && [ "$n" -lt 64 ]; then
+    echo "${methods//@ATTN/$n}"
+  else
+    echo "$methods" | tr ',' '\n' | grep -v '@ATTN' | paste -sd, -
+  fi
+}
+
+bench_e4b() { # E4B_RUNNERS="v2 v1": Model Runner V2 (the GPU default), then V1; E4B=0 skips
+  local methods
+  [ "${E4B:-1}" = 1 ] || { echo "skipped" >$W/bench_E4B.log; return 0; }
+  methods=$(attn_methods)
+  echo "E4B methods: $methods" >>$W/plan.log
   for runner in ${E4B_RUNNERS:-v2}; do
     CUDA_VISIBLE_DEVICES=$1 VLLM_USE_V2_MODEL_RUNNER=$([ "$runner" = v1 ] && echo 0 || echo 1) \
       python bench/bench_gpu.py all --models E4B \
-      --methods "${E4B_METHODS:-frozen_kv_mtp,mtp,none}" --shapes $W/shapes \
+      --methods "$methods" --shapes $W/shapes \
       --out $W/h200_E4B.jsonl --run "${RUN:-A}" ${E4B_ARGS:-} \
       >>$W/bench_E4B.log 2>&1
   done
 }
 
-bench_31b() {
+bench_31b() { # B31_ARGS: extra bench_gpu.py flags for 31B, such as "--concurrency 1,32"
   CUDA_VISIBLE_DEVICES=$1 python bench/bench_gpu.py all --models 31B \
     --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_31B.jsonl --run "${RUN:-A}" \
-    >$W/bench_31B.log 2>&1
+    ${B31_ARGS:-} >$W/bench_31B.log 2>&1
 }
 
 bench_26b() { # the bundle lacks the MoE kernels (BENCHMARKS.md); only with RUN_26B=1
@@ -73,6 +92,12 @@ heads() { # centroid heads alone, E4B head shape (seconds; HEADS=0 skips; HEADS_
     ${HEADS_SWEEP:+--sweep "$HEADS_SWEEP"} ${HEADS_TILES:+--tiles "$HEADS_TILES"} >$W/heads.log 2>&1
 }
 
+attn() { # ATTN=1: draft-step attention alone, split-KV vs one pass (bench/attn_gpu.py);
+  # its last line recommends sliding_split_kv_max_rows, which E4B_METHODS can name as @ATTN
+  [ "${ATTN:-0}" = 1 ] || return 0
+  CUDA_VISIBLE_DEVICES=$1 python bench/attn_gpu.py --json $W/h200_attn.json >$W/attn.log 2>&1
+}
+
 profiles() { # PROFILES="method@concurrency ...": kernel breakdowns of a draft round
   # (PROFILE_MODE=graphs: compiled, CUDA-graph replay; default eager)
   for spec in ${PROFILES:-}; do
@@ -97,6 +122,7 @@ lane_b() {
 
 serial() { # one GPU: the E4B numbers, the tests (first with TESTS_FIRST=1), then 31B if time is left
   heads 0
+  attn 0
   [ "${TESTS_FIRST:-0}" = 1 ] || bench_e4b 0
   case " ${TESTS:-v2 v1} " in *" v2 "*) tests_v2 0 ;; esac
   case " ${TESTS:-v2 v1} " in *" v1 "*) tests_v1 0 ;; esac
@@ -138,7 +164,7 @@ pack() {
   [ -n "${OUT:-}" ] || return 0
   summarize
   tar -C /tmp --exclude h200/shapes --exclude h200/plugin --exclude h200/repo -czf "$OUT/h200.tgz" h200 2>/dev/null
-  cp $W/report.md $W/h200.json $W/h200_heads.json "$OUT/" 2>/dev/null
+  cp $W/report.md $W/h200.json $W/h200_heads.json $W/h200_attn.json "$OUT/" 2>/dev/null
 }
 
 progress() {
@@ -146,6 +172,7 @@ progress() {
   grep -h '^ROW' $W/bench_*.log 2>/dev/null | cut -c1-220 | tail -n 40
   grep -h '^PROFILE' $W/profile.log 2>/dev/null | cut -c1-400
   grep -h -A8 '^| rows' $W/heads.log 2>/dev/null
+  grep -h '^| \|^RECOMMEND' $W/attn.log 2>/dev/null
   for f in $W/test_*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 4 "$f"; }; done
   for f in $W/bench_*.log; do
     [ -f "$f" ] && grep -h -m3 -E 'Error|error:|Traceback' "$f" | sed "s|^|$f: |"

@@ -21,20 +21,21 @@ full-vocabulary tensor:
   (``centroid_kernel.py``);
 * ``tiled``: ``fused`` with one scoring program per (block of rows, centroid) instead of
   one per (row, centroid), so a centroid that several rows selected is read once per
-  block with one tensor-core dot. At 128 rows upstream copies 128 x 4096 rows (256 MiB
-  for E4B), while the union of the rows' centroids is at most the whole table (128 MiB);
-* ``auto`` (the default): where the fused kernels run (Triton present, power-of-two
-  clusters, no failed launch), ``tiled`` for CUDA-graph buckets of at least
-  ``AUTO_TILED_MIN_ROWS`` rows and ``fused`` below; otherwise ``dense`` from
-  ``AUTO_DENSE_MIN_ROWS`` rows and upstream's head below (see ``head_for_rows``).
+  block with one tensor-core dot. Measured slower than ``fused`` at every row count and
+  launch shape (run G, below), so it is opt-in only;
+* ``auto`` (the default): ``fused`` where its kernels run (Triton present, power-of-two
+  clusters, no failed launch); otherwise ``dense`` from ``AUTO_DENSE_MIN_ROWS`` rows and
+  upstream's head below (see ``head_for_rows``).
 
 Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA graph
 (run F, ``bench/heads_gpu.py``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.5 /
 71.8 / 165.7 / 521.4, dense 89.5 / 106.2 / 123.5 / 150.4, fused 25.2 / 26.5 / 52.1 / 90.0
 (15.3 / 17.9 / 32.3 / 71.9 with today's launch shape and top-k kernel, run F2), all
-picking upstream's token.
-Whole decode steps (run F, median of 5): the draft round with ``fused`` is 0.55 / 0.59 /
-0.76 / 0.98 ms at c=1 / 8 / 32 / 128, against 0.69 / 0.80 / 1.18 / 2.39 for upstream
+picking upstream's token. ``tiled`` (run G, same bench): 36.1 / 36.7 / 48.2 / 97.9 at
+its default 64x4 shape, against fused 15.0 / 17.4 / 32.3 / 71.8 in the same run; no
+shape of 32x4, 64x8 or 128x8 beat 64x4.
+Whole decode steps (run H, median of 5): the draft round with ``fused`` is 0.51 / 0.54 /
+0.70 / 0.91 ms at c=1 / 8 / 32 / 128, against 0.69 / 0.80 / 1.17 / 2.39 for upstream
 ``mtp``.
 """
 
@@ -57,12 +58,6 @@ from vllm_frozen_kv_mtp.centroid_kernel import (
 #: from 32 rows (124 vs 166 us per call; 151 vs 522 at 128 rows).
 AUTO_DENSE_MIN_ROWS = 32
 
-#: Where the fused kernels run, "auto" takes "tiled" from this many rows up. Reasoning,
-#: not yet an H200 measurement (run G times both): at 32 rows the union of the rows' top
-#: centroids is about 40% of the table for random hidden states and 86% at 128 rows,
-#: against 32 and 128 full copies of 4096 rows with "fused".
-AUTO_TILED_MIN_ROWS = 32
-
 
 def head_for_rows(head: str, rows: int, fused_ok: bool = False) -> str:
     """The head that scores a batch of ``rows`` draft rows; ``fused_ok`` says whether
@@ -70,8 +65,8 @@ def head_for_rows(head: str, rows: int, fused_ok: bool = False) -> str:
     CUDA-graph bucket size), so the choice is fixed per captured graph."""
     if head != "auto":
         return head
-    if fused_ok:  # "fused": the fastest head at every row count measured (1-128, run E)
-        return "tiled" if rows >= AUTO_TILED_MIN_ROWS else "fused"
+    if fused_ok:  # "fused": the fastest head at every row count measured (1-128, runs E-G)
+        return "fused"
     return "dense" if rows >= AUTO_DENSE_MIN_ROWS else "upstream"
 
 

@@ -79,12 +79,16 @@ class FrozenKVOptions:
     #: (a debugging guard: it syncs with the device, so keep it off in production)
     kv_guard: bool = False
     #: how Model Runner V2 picks draft tokens from a centroid head (E2B/E4B assistants):
-    #: "auto" (default: where its Triton kernels run, tiled for graph buckets of at
-    #: least AUTO_TILED_MIN_ROWS rows and fused below; else dense from
+    #: "auto" (default: fused where its Triton kernels run; else dense from
     #: AUTO_DENSE_MIN_ROWS rows and upstream's below; on the V1 runner, V1's own head),
     #: "upstream" (vLLM's full-vocabulary argmax), "sparse", "dense", "fused" or
     #: "tiled"; see centroid_head.py
     centroid_head: str = "auto"
+    #: Model Runner V2 with TRITON_ATTN: the drafter's sliding-window layers split KV
+    #: (vLLM's "3D" kernel plus a reduce) only for batches of at most this many rows,
+    #: and read the window in one pass above; -1 keeps vLLM's threshold, which it can
+    #: only lower (see draft_attention.py)
+    sliding_split_kv_max_rows: int = -1
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FrozenKVOptions:
@@ -320,6 +324,12 @@ def translate_speculative_config(
             "pass one of "
             + ", ".join(f'"{h}"' for h in CENTROID_HEADS)
             + f' ("{FrozenKVOptions.centroid_head}" is the default).',
+        )
+    rows = options.sliding_split_kv_max_rows
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < -1:
+        raise FrozenKVMTPConfigError(
+            f"sliding_split_kv_max_rows must be an integer >= -1, got {rows!r}.",
+            "pass -1 (vLLM's choice, the default), 0 (never split) or a row count.",
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated.update(method="mtp", model=model, num_speculative_tokens=k)

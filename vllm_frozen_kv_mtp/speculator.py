@@ -27,6 +27,7 @@ from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 from vllm_frozen_kv_mtp.centroid_head import head_for_rows, top_tokens
 from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
+from vllm_frozen_kv_mtp.draft_attention import set_sliding_split_kv_max_rows
 from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
 from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
@@ -59,6 +60,10 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
     def set_attn(self, model_state: Any, kv_cache_config: Any, *args: Any, **kwargs: Any) -> None:
         super().set_attn(model_state, kv_cache_config, *args, **kwargs)
         check_drafter_owns_no_kv(kv_cache_config, self.draft_attn_layer_names)
+        # Before any metadata is built or graph captured: both read the threshold.
+        set_sliding_split_kv_max_rows(
+            self.attn_groups, self.frozen_options.sliding_split_kv_max_rows
+        )
 
     def _configure_decode_metadata_update(self) -> None:
         # The parent turns in-graph metadata refresh off for k=1 (no decode steps);

@@ -38,13 +38,20 @@ def _params() -> Any:
     return SamplingParams(temperature=0.0, max_tokens=48)
 
 
-@pytest.mark.parametrize("variant", ["fp32-oracle", "trained"])
-def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
-    """Clear logit margins (see test_random_weights_match_upstream for why)."""
+def _no_spec_baseline(variant: str) -> tuple[str, str, list[Any], dict[str, Any], Any]:
+    """A clear-margin pair, the engine kwargs for it, and its greedy output without
+    speculation: (target, assistant, prompts, engine kwargs, expected outputs)."""
     target, assistant, prompts, extra = clear_margin_case(variant)
     kw = {**GRAPH_KW, **extra}
     with engine(target, **kw) as llm:
         expected = outputs(llm.generate(prompts, _params(), use_tqdm=False))
+    return target, assistant, prompts, kw, expected
+
+
+@pytest.mark.parametrize("variant", ["fp32-oracle", "trained"])
+def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
+    """Clear logit margins (see test_random_weights_match_upstream for why)."""
+    target, assistant, prompts, kw, expected = _no_spec_baseline(variant)
     spec = {
         "method": "frozen_kv_mtp",
         "model": assistant,
@@ -150,13 +157,11 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
 ) -> None:
     """The centroid_head options ("sparse", "dense", "fused", "tiled", "auto") change how
     Model Runner V2 scores draft tokens, not which: every round's drafts equal upstream's
-    head's (fp32). With Triton on CUDA, "auto" scores buckets below AUTO_TILED_MIN_ROWS
-    with "fused" and larger ones with "tiled". 40 requests at once put the first rounds
-    in a >=32-row graph bucket."""
+    head's (fp32). With Triton on CUDA, "auto" scores every bucket with "fused". 40
+    requests at once put the first rounds in a >=32-row graph bucket."""
     if runner != "v2":
         pytest.skip("centroid_head applies to Model Runner V2")
     import vllm_frozen_kv_mtp.speculator as speculator_module
-    from vllm_frozen_kv_mtp.centroid_head import AUTO_TILED_MIN_ROWS
 
     calls: dict[str, list[tuple[str, int]]] = {}
     original_top_tokens = speculator_module.top_tokens
@@ -188,12 +193,10 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     assert {h for h, _ in calls["dense"]} == {"dense"}
     assert {h for h, _ in calls["fused"]} == {"fused"}
     assert {h for h, _ in calls["tiled"]} == {"tiled"}
-    # "auto": fused for small buckets, tiled for large ones, and both were used.
-    assert {(h, rows >= AUTO_TILED_MIN_ROWS) for h, rows in calls["auto"]} == {
-        ("fused", False),
-        ("tiled", True),
-    }
-    assert max(len(r) for r in drafts["auto"]) >= AUTO_TILED_MIN_ROWS
+    # "auto": fused for every bucket, small and >= 32 rows.
+    assert {h for h, _ in calls["auto"]} == {"fused"}
+    assert max(rows for _, rows in calls["auto"]) >= 32
+    assert max(len(r) for r in drafts["auto"]) >= 32
     assert drafts["sparse"] == drafts["upstream"]
     assert drafts["dense"] == drafts["upstream"]
     import vllm_frozen_kv_mtp.centroid_kernel as centroid_kernel
@@ -207,3 +210,36 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     assert drafts["auto"] == drafts["upstream"]
     for head in ("sparse", "dense", "fused", "tiled", "auto"):
         assert outs[head] == outs["upstream"], head
+
+
+def test_v2_sliding_single_pass_attention_keeps_output_and_drafts(runner: str) -> None:
+    """sliding_split_kv_max_rows=0: the drafter's sliding-window layers read the window in
+    one pass (vLLM's 2D Triton kernel) at every batch size, the target's attention keeps
+    vLLM's choice, output equals no speculation and the oracle pair still accepts every
+    draft (fp32)."""
+    if runner != "v2":
+        pytest.skip("sliding_split_kv_max_rows applies to Model Runner V2")
+    target, assistant, prompts, kw, expected = _no_spec_baseline("fp32-oracle")
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": 3,
+        "sliding_split_kv_max_rows": 0,
+    }
+    with engine(target, spec, **kw) as llm:
+        d = drafter(llm)
+        thresholds: dict[bool, list[int | None]] = {True: [], False: []}
+        for groups in d.attn_groups:
+            for g in groups:
+                sliding = getattr(g.kv_cache_spec, "sliding_window", None) is not None
+                thresholds[sliding] += [
+                    getattr(b, "seq_threshold_3D", None) for b in g.metadata_builders
+                ]
+        got = outputs(llm.generate(prompts, _params(), use_tqdm=False))
+        m = spec_metrics(llm)
+    print("drafter split-KV thresholds (sliding?: values)", thresholds)
+    assert thresholds[True] and all(t == 0 for t in thresholds[True]), thresholds
+    assert all(t is None or t > 0 for t in thresholds[False]), thresholds
+    assert got == expected
+    assert m["num_drafts"] > 0
+    assert m["num_accepted_tokens"] == m["num_draft_tokens"]

@@ -14,7 +14,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bench_gpu import report  # noqa: E402
+from attn_gpu import recommend  # noqa: E402
+from bench_gpu import parse_method, report  # noqa: E402
 from heads_gpu import launch_shapes, tile_shapes  # noqa: E402
 
 
@@ -74,3 +75,34 @@ def test_heads_sweep_shapes_are_parsed_or_refused_early() -> None:
     for bad in ("8x4", "48x4", "64x32", "64", "64x4:torch"):
         with pytest.raises(argparse.ArgumentTypeError, match=bad):
             tile_shapes(bad)
+
+
+def test_method_options_convert_integers_and_booleans() -> None:
+    method, options = parse_method(
+        "frozen_kv_mtp:centroid_head=fused/kv_guard=false/sliding_split_kv_max_rows=-1"
+    )
+    assert method == "frozen_kv_mtp"
+    assert options == {"centroid_head": "fused", "kv_guard": False, "sliding_split_kv_max_rows": -1}
+    assert parse_method("frozen_kv_mtp:sliding_split_kv_max_rows=8")[1] == {
+        "sliding_split_kv_max_rows": 8
+    }
+    with pytest.raises(SystemExit, match="unknown method"):
+        parse_method("eagle9")
+
+
+def test_attention_recommendation_is_the_largest_batch_where_split_kv_wins() -> None:
+    def row(rows: int, split: float, single: float, layer: str = "sliding", ctx: int = 512) -> Any:
+        return {"layer": layer, "context": ctx, "rows": rows, "split_us": split} | {
+            "single_us": single
+        }
+
+    rows = [
+        row(1, 5.0, 20.0),
+        row(8, 6.0, 9.0),
+        row(32, 9.9, 10.0),  # within the 2% margin: not a win
+        row(128, 30.0, 20.0),
+        row(64, 1.0, 50.0, layer="full"),  # other layers and contexts do not count
+        row(64, 1.0, 50.0, ctx=256),
+    ]
+    assert recommend(rows) == 8
+    assert recommend([row(1, 9.0, 5.0)]) == 0

@@ -49,6 +49,7 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
     assert cfg.additional_config["frozen_kv_mtp"] == {
         "kv_guard": False,
         "centroid_head": "auto",
+        "sliding_split_kv_max_rows": -1,
         "num_speculative_tokens": 3,
     }
 
@@ -61,11 +62,13 @@ def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
         "num-speculative-tokens": 2,  # vLLM accepts dashed keys from the CLI
         "kv_guard": True,
         "centroid_head": "dense",
+        "sliding_split_kv_max_rows": 8,
         "enforce_eager": True,
     }
     cfg = _engine_config(target, spec, additional_config={"other_plugin": 1})
     assert cfg.additional_config["frozen_kv_mtp"]["kv_guard"] is True
     assert cfg.additional_config["frozen_kv_mtp"]["centroid_head"] == "dense"
+    assert cfg.additional_config["frozen_kv_mtp"]["sliding_split_kv_max_rows"] == 8
     assert cfg.additional_config["other_plugin"] == 1
     assert cfg.speculative_config.enforce_eager is True
 
@@ -247,3 +250,10 @@ def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
         '"sparse"',
         '"auto"',
     )
+    for rows in ("8", -2, 1.5, True):
+        _refused(
+            target,
+            {"method": "frozen_kv_mtp", "model": assistant, "sliding_split_kv_max_rows": rows},
+            "sliding_split_kv_max_rows must be an integer >= -1",
+            "pass -1",
+        )

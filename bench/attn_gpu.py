@@ -1,0 +1,125 @@
+"""Draft-step attention on CUDA, alone (no engine): vLLM's Triton ``unified_attention``
+at the Gemma 4 E4B assistant's shapes, split-KV ("3D", 16 segments + reduce) against one
+pass per (request, KV head) ("2D"), for one decode query per request.
+
+    python bench/attn_gpu.py --rows 1,8,16,32,64,128 --contexts 256,512,2048 \\
+        --json bench/results/h200_attn.json
+
+Layers: ``sliding`` (head size 256, window 512) and ``full`` (head size 512), 4 query
+heads over 2 KV heads, bf16, block size 16, random KV in distinct blocks per request.
+Each call is captured in a CUDA graph and replayed (median us per call); the two
+kernels' outputs are compared. The last line recommends ``sliding_split_kv_max_rows``:
+the largest row count at which split-KV was faster for the sliding layer at the window
+length (every context >= 512 reads 512 keys there), 0 if never.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+LAYERS = {"sliding": (256, 512), "full": (512, None)}  # head size, window
+Q_HEADS, KV_HEADS, BLOCK, SEGMENTS = 4, 2, 16, 16
+
+
+def recommend(rows_out: list[dict[str, Any]], window: int = 512, margin: float = 0.02) -> int:
+    """Largest row count whose sliding-layer split-KV time beats one pass by ``margin``
+    at context ``window``; 0 when one pass is never slower."""
+    best = 0
+    for r in rows_out:
+        if r["layer"] == "sliding" and r["context"] == window:
+            if r["split_us"] < (1 - margin) * r["single_us"]:
+                best = max(best, r["rows"])
+    return best
+
+
+def attention_call(
+    rows: int, context: int, head: int, window: int | None, split: bool, dev: str = "cuda"
+) -> Any:
+    """A closure that runs one decode attention call (outputs written in place)."""
+    import torch
+    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32  # the interpreter: fp32
+    blocks_per_req = -(-context // BLOCK)
+    num_blocks = rows * blocks_per_req + 1
+    g = torch.Generator(device=dev).manual_seed(rows * 7919 + context)
+    k = torch.randn(num_blocks, BLOCK, KV_HEADS, head, device=dev, dtype=dt, generator=g)
+    v = torch.randn(num_blocks, BLOCK, KV_HEADS, head, device=dev, dtype=dt, generator=g)
+    q = torch.randn(rows, Q_HEADS, head, device=dev, dtype=dt, generator=g)
+    out = torch.empty_like(q)
+    perm = torch.randperm(num_blocks - 1, device=dev, generator=g).to(torch.int32) + 1
+    block_table = perm[: rows * blocks_per_req].view(rows, blocks_per_req).contiguous()
+    cu_q = torch.arange(rows + 1, device=dev, dtype=torch.int32)
+    seq_lens = torch.full((rows,), context, device=dev, dtype=torch.int32)
+    pad = 1 << (head - 1).bit_length()
+    seg_out = torch.empty(rows, Q_HEADS, SEGMENTS, pad, device=dev, dtype=torch.float32)
+    seg_max = torch.empty(rows, Q_HEADS, SEGMENTS, device=dev, dtype=torch.float32)
+    seg_sum = torch.empty(rows, Q_HEADS, SEGMENTS, device=dev, dtype=torch.float32)
+
+    def call(_: Any) -> Any:
+        unified_attention(
+            q=q, k=k, v=v, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1,
+            seqused_k=seq_lens, max_seqlen_k=context, softmax_scale=1.0, causal=True,
+            window_size=(window - 1, 0) if window else (-1, -1), block_table=block_table,
+            softcap=0, q_descale=None, k_descale=None, v_descale=None,
+            seq_threshold_3D=rows if split else 0, num_par_softmax_segments=SEGMENTS,
+            softmax_segm_output=seg_out, softmax_segm_max=seg_max,
+            softmax_segm_expsum=seg_sum,
+        )  # fmt: skip
+        return out
+
+    return call
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rows", default="1,8,16,32,64,128")
+    ap.add_argument("--contexts", default="256,512,2048")
+    ap.add_argument("--replays", type=int, default=200)
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args()
+
+    import torch
+    from heads_gpu import time_graph
+
+    rows_out: list[dict[str, Any]] = []
+    with torch.inference_mode():
+        for layer, (head, window) in LAYERS.items():
+            for context in (int(c) for c in args.contexts.split(",")):
+                for rows in (int(r) for r in args.rows.split(",")):
+                    split_us, split_out = time_graph(
+                        attention_call(rows, context, head, window, True), None, args.replays
+                    )
+                    single_us, single_out = time_graph(
+                        attention_call(rows, context, head, window, False), None, args.replays
+                    )
+                    row = {
+                        "layer": layer,
+                        "context": context,
+                        "rows": rows,
+                        "split_us": round(split_us, 2),
+                        "single_us": round(single_us, 2),
+                        "max_abs_diff": round(float((split_out - single_out).abs().max()), 5),
+                    }
+                    print("ROW", json.dumps(row), flush=True)
+                    rows_out.append(row)
+    print("| layer | context | rows | split-KV us | one pass us | max abs diff |")
+    print("|---|---|---|---|---|---|")
+    for r in rows_out:
+        print(
+            f"| {r['layer']} | {r['context']} | {r['rows']} | {r['split_us']} | "
+            f"{r['single_us']} | {r['max_abs_diff']} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows_out, indent=1) + "\n")
+    print(f"RECOMMEND sliding_split_kv_max_rows={recommend(rows_out)}")
+
+
+if __name__ == "__main__":
+    main()

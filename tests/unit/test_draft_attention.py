@@ -1,0 +1,57 @@
+"""``set_sliding_split_kv_max_rows``: which drafter builders change, and by how much.
+
+Pure logic over vLLM's attention-group layout (stand-in groups and builders); the
+engine-level effect (same greedy output, the drafter's TRITON_ATTN builders changed)
+is a GPU test in tests/gpu/test_gpu_frozen_kv.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from vllm_frozen_kv_mtp.draft_attention import VLLM_DEFAULT, set_sliding_split_kv_max_rows
+
+
+def _groups() -> list[list[SimpleNamespace]]:
+    def group(window: int | None, names: list[str], threshold: int | None) -> SimpleNamespace:
+        builder = SimpleNamespace()
+        if threshold is not None:
+            builder.seq_threshold_3D = threshold
+        return SimpleNamespace(
+            kv_cache_spec=SimpleNamespace(sliding_window=window),
+            layer_names=names,
+            metadata_builders=[builder],
+        )
+
+    return [
+        [group(512, ["d.0", "d.1", "d.2"], 64)],  # sliding, TRITON_ATTN
+        [group(None, ["d.3"], 64)],  # full attention: untouched
+        [],  # a KV-cache group with no drafter layer
+        [group(512, ["x.0"], None)],  # a backend without a split-KV threshold
+    ]
+
+
+def _thresholds(groups: list[list[SimpleNamespace]]) -> list[int | None]:
+    builders = [b for gs in groups for g in gs for b in g.metadata_builders]
+    return [getattr(b, "seq_threshold_3D", None) for b in builders]
+
+
+def test_only_sliding_triton_builders_change() -> None:
+    groups = _groups()
+    changed = set_sliding_split_kv_max_rows(groups, 8)
+    assert changed == {"d.0": 8, "d.1": 8, "d.2": 8}
+    assert _thresholds(groups) == [8, 64, None]
+
+
+def test_default_changes_nothing_and_zero_never_splits() -> None:
+    groups = _groups()
+    assert set_sliding_split_kv_max_rows(groups, VLLM_DEFAULT) == {}
+    assert _thresholds(groups) == [64, 64, None]
+    assert set_sliding_split_kv_max_rows(groups, 0) == {"d.0": 0, "d.1": 0, "d.2": 0}
+
+
+def test_threshold_never_rises_past_the_scratch_vllm_sized() -> None:
+    # vLLM sizes the split-KV scratch for seq_threshold_3D rows at start-up.
+    groups = _groups()
+    assert set_sliding_split_kv_max_rows(groups, 256) == {"d.0": 64, "d.1": 64, "d.2": 64}
+    assert _thresholds(groups) == [64, 64, None]

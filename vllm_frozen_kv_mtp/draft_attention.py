@@ -1,0 +1,54 @@
+"""Split-KV choice of the drafter's sliding-window attention (Model Runner V2, TRITON_ATTN).
+
+vLLM's Triton attention runs a decode batch either in one pass per (request, KV head)
+(the "2D" kernel) or split over 16 KV segments plus a ``reduce_segments`` kernel (the
+"3D" kernel, for batches of at most ``seq_threshold_3D`` requests: 64 for Gemma 4 E4B's
+two KV heads). That threshold is set per metadata builder for any context length. A
+sliding-window layer reads at most ``sliding_window`` keys (512 for Gemma 4) however long
+the context, so where a single pass is cheap enough the split and its extra kernel only
+cost time. Option ``sliding_split_kv_max_rows`` sets the threshold of the drafter's own
+sliding-window builders (Model Runner V2 builds them for the drafter alone, so the
+target's attention is untouched); full-attention layers keep vLLM's choice.
+
+The threshold can only go down: the builder sizes its split-KV scratch buffers for
+``seq_threshold_3D`` rows at start-up, and more rows would overrun them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+
+#: the option's default: leave vLLM's threshold alone
+VLLM_DEFAULT = -1
+
+
+def set_sliding_split_kv_max_rows(attn_groups: Any, max_rows: int) -> dict[str, int]:
+    """Let the drafter's sliding-window attention split KV only for batches of at most
+    ``max_rows`` rows (0: never). ``attn_groups`` is the drafter's ``list[list[
+    AttentionGroup]]``; only builders with a ``seq_threshold_3D`` (TRITON_ATTN) change.
+    Returns {layer name: threshold now} for the layers whose builders changed."""
+    if max_rows < 0:
+        return {}
+    changed: dict[str, int] = {}
+    for groups in attn_groups:
+        for group in groups:
+            if getattr(group.kv_cache_spec, "sliding_window", None) is None:
+                continue
+            for builder in getattr(group, "metadata_builders", []):
+                threshold = getattr(builder, "seq_threshold_3D", None)
+                if threshold is None:
+                    continue
+                builder.seq_threshold_3D = min(max_rows, threshold)  # scratch holds no more
+                for name in group.layer_names:
+                    changed[name] = builder.seq_threshold_3D
+    if changed:
+        logger.info(
+            "frozen_kv_mtp: drafter sliding-window attention splits KV for batches of at "
+            "most %d rows (%d layers)",
+            min(changed.values()),
+            len(changed),
+        )
+    return changed
