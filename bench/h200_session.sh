@@ -8,10 +8,12 @@
 #      E4B_RUNNERS, "v2" (default) or "v2 v1" for the V1 runner as well;
 #      RUN, the label stored in the rows; V2_TESTS, a pytest -k expression; LATE_S)
 #   bash bench/h200_session.sh wait 560     # follow it up to 560 s; pack logs into $OUT
+#   bash bench/h200_session.sh dry          # no GPU: list the steps this env would run
 #
 #     (more env: PROFILES="frozen_kv_mtp:centroid_head=dense@32 ...", kernel profiles of a
 #      draft round; BENCH_31B=0 skips 31B on one GPU, E4B=0 skips E4B (a 31B-only
-#      session), B31_ARGS extra flags for 31B; RUN_26B=1 tries 26B-A4B;
+#      session), B31_ARGS extra flags for 31B; TP2=0 skips the TP=2 tests on two GPUs;
+#      RUN_26B=1 tries 26B-A4B;
 #      TESTS="v2" runs only the V2 GPU tests on one GPU, TESTS="" none, TESTS_FIRST=1
 #      runs them before the E4B benchmark; E4B_ARGS, extra bench_gpu.py flags such as
 #      "--profile-at 32,128 --profile-ttft 1024"; ATTN=1 times the draft-step attention
@@ -107,25 +109,26 @@ profiles() { # PROFILES="method@concurrency ...": kernel breakdowns of a draft r
   done
 }
 
-lane_a() {
+lane_a() { # TESTS picks the GPU tests here too ("v2 v1" by default: V1 in this lane)
   heads 0
+  attn 0
   bench_e4b 0
-  tests_v1 0
+  case " ${TESTS-v2 v1} " in *" v1 "*) tests_v1 0 ;; esac
   profiles 0
   if [ "${RUN_26B:-0}" = 1 ] && ! late; then bench_26b 0; fi
 }
 
 lane_b() {
-  bench_31b 1
-  tests_v2 1
+  [ "${BENCH_31B:-1}" = 1 ] && bench_31b 1
+  case " ${TESTS-v2 v1} " in *" v2 "*) tests_v2 1 ;; esac
 }
 
 serial() { # one GPU: the E4B numbers, the tests (first with TESTS_FIRST=1), then 31B if time is left
   heads 0
   attn 0
   [ "${TESTS_FIRST:-0}" = 1 ] || bench_e4b 0
-  case " ${TESTS:-v2 v1} " in *" v2 "*) tests_v2 0 ;; esac
-  case " ${TESTS:-v2 v1} " in *" v1 "*) tests_v1 0 ;; esac
+  case " ${TESTS-v2 v1} " in *" v2 "*) tests_v2 0 ;; esac
+  case " ${TESTS-v2 v1} " in *" v1 "*) tests_v1 0 ;; esac
   [ "${TESTS_FIRST:-0}" = 1 ] && bench_e4b 0
   profiles 0
   if [ "${BENCH_31B:-1}" = 1 ] && ! late; then bench_31b 0; else echo "skipped" >$W/bench_31B.log; fi
@@ -138,21 +141,23 @@ summarize() { # all rows so far -> h200.jsonl, h200.json and the report table
 
 plan() {
   cd "$REPO" || exit 1
-  . .gpu/part2/env.sh
+  [ -f .gpu/part2/env.sh ] && . .gpu/part2/env.sh
   # The plugin's entry point, for TP>1 worker processes (the checkout is not pip-installed).
   mkdir -p $W/plugin/vllm_frozen_kv_mtp-0.0.0.dist-info
   printf 'Metadata-Version: 2.1\nName: vllm-frozen-kv-mtp\nVersion: 0.0.0\n' \
     >$W/plugin/vllm_frozen_kv_mtp-0.0.0.dist-info/METADATA
   printf '[vllm.general_plugins]\nfrozen_kv_mtp = vllm_frozen_kv_mtp:register\n' \
     >$W/plugin/vllm_frozen_kv_mtp-0.0.0.dist-info/entry_points.txt
-  export PYTHONPATH=$W/plugin:$REPO:$PYTHONPATH TORCHINDUCTOR_COMPILE_THREADS=8
+  export PYTHONPATH=$W/plugin:$REPO:${PYTHONPATH:-} TORCHINDUCTOR_COMPILE_THREADS=8
   date +%s >$W/t0
   nvidia-smi --query-gpu=index,name,memory.total --format=csv >$W/gpus.txt 2>&1
   if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
     lane_a &
     lane_b &
     wait
-    python -m pytest tests/gpu/test_gpu_tp2.py -q -s -rA -p no:cacheprovider >$W/test_tp2.log 2>&1
+    if [ "${TP2:-1}" = 1 ]; then # TP2=0 skips the TP=2 tests
+      python -m pytest tests/gpu/test_gpu_tp2.py -q -s -rA -p no:cacheprovider >$W/test_tp2.log 2>&1
+    fi
   else
     serial
   fi
@@ -192,6 +197,21 @@ start)
   cat $W/plan.log
   ;;
 plan) plan ;;
+dry)
+  # The plan with every python and nvidia-smi call replaced by a line in $W/dry.log
+  # (tests/unit/test_h200_session.py): which steps, flags and methods an env would run.
+  # H200_GPUS: GPUs to pretend; H200_DRY_ATTN: the row count attn_gpu.py "recommends".
+  W=$(mktemp -d)
+  python() {
+    echo "${CUDA_VISIBLE_DEVICES:+gpu$CUDA_VISIBLE_DEVICES }${VLLM_USE_V2_MODEL_RUNNER:+v2=$VLLM_USE_V2_MODEL_RUNNER }python $*" >>$W/dry.log
+    case "$*" in *attn_gpu.py*) [ -n "${H200_DRY_ATTN:-}" ] && echo "RECOMMEND sliding_split_kv_max_rows=$H200_DRY_ATTN" ;; esac
+    return 0
+  }
+  nvidia-smi() { [ "${1:-}" = -L ] && seq "${H200_GPUS:-1}" | sed 's/^/GPU /'; return 0; }
+  plan
+  cat $W/dry.log
+  rm -rf "$W"
+  ;;
 wait)
   end=$(($(date +%s) + ${2:-560}))
   while [ ! -f $W/DONE ] && [ "$(date +%s)" -lt $end ]; do sleep 20; done
@@ -201,7 +221,7 @@ wait)
   pack
   ;;
 *)
-  echo "usage: $0 start | wait SECONDS" >&2
+  echo "usage: $0 start | wait SECONDS | dry" >&2
   exit 2
   ;;
 esac

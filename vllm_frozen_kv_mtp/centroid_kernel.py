@@ -63,7 +63,8 @@ CENTROID_TOPK = "triton"
 
 #: launch shape of the tiled kernel (``centroid_head="tiled"``): rows per program (at
 #: most; fewer for smaller batches, never under tl.dot's 16), hidden-dim chunk, warps.
-#: Not yet measured on the H200: run G sweeps it (``bench/heads_gpu.py --tiles``).
+#: Run G (``bench/heads_gpu.py --tiles``): 64x4 was the fastest of 32x4, 64x4, 64x8
+#: and 128x8, and still slower than the per-centroid kernel at 1-128 rows.
 TILE_BLOCK_M = 64
 TILE_BLOCK_D = 64
 TILE_WARPS = 4

@@ -1,0 +1,144 @@
+"""bench/h200_session.sh's plan, dry: which steps, GPUs and flags each env runs.
+
+A GPU session has 30 device-minutes; a plan that runs the wrong steps wastes one. The
+script's ``dry`` command runs the real plan with ``python`` and ``nvidia-smi`` replaced
+by shell functions that log their arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "h200_session.sh"
+PLAN_ENV = (
+    "E4B",
+    "E4B_METHODS",
+    "E4B_ARGS",
+    "E4B_RUNNERS",
+    "TESTS",
+    "TESTS_FIRST",
+    "V2_TESTS",
+    "BENCH_31B",
+    "B31_ARGS",
+    "HEADS",
+    "ATTN",
+    "PROFILES",
+    "TP2",
+    "RUN",
+    "LATE_S",
+)
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def dry(**env: str) -> list[str]:
+    """The plan's python calls under ``env``, one line each."""
+    base = {k: v for k, v in os.environ.items() if k not in PLAN_ENV}
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "dry"],
+        cwd=SCRIPT.parents[1],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return [line for line in out.splitlines() if "python" in line]
+
+
+#: (text in a logged call, step name; "{runner}" = v1 under VLLM_USE_V2_MODEL_RUNNER=0)
+STEP_MARKERS = (
+    ("heads_gpu.py", "heads"),
+    ("attn_gpu.py", "attn"),
+    ("--models E4B", "E4B {runner}"),
+    ("--models 31B", "31B"),
+    ("test_gpu_tp2.py -q", "tp2"),
+    ("pytest tests/gpu", "tests {runner}"),
+    ("profile_draft_gpu.py", "profile"),
+    (" report ", "report"),
+)
+
+
+def steps(lines: list[str]) -> list[str]:
+    """Each logged call as a step name ("E4B v2", "tests v1", "31B", ...)."""
+    names = []
+    for line in lines:
+        runner = "v1" if "v2=0" in line else "v2"
+        name = next(n for marker, n in STEP_MARKERS if marker in line)
+        names.append(name.format(runner=runner))
+    return names
+
+
+def test_default_one_gpu_runs_everything_in_order() -> None:
+    assert steps(dry()) == ["heads", "E4B v2", "tests v2", "tests v1", "31B", "report"]
+
+
+def test_empty_tests_runs_no_tests() -> None:
+    # TESTS="" once fell back to the default ("v2 v1") and ran both suites.
+    assert steps(dry(TESTS="", BENCH_31B="0", HEADS="0")) == ["E4B v2", "report"]
+
+
+def test_tests_first_and_selection() -> None:
+    lines = dry(TESTS="v2", TESTS_FIRST="1", V2_TESTS="greedy or centroid", BENCH_31B="0")
+    assert steps(lines) == ["heads", "tests v2", "E4B v2", "report"]
+    assert "-k greedy or centroid" in lines[1]
+
+
+def test_31b_only_session() -> None:
+    lines = dry(E4B="0", TESTS="", HEADS="0", B31_ARGS="--concurrency 1,32")
+    assert steps(lines) == ["31B", "report"]
+    assert lines[0].endswith("--concurrency 1,32")
+
+
+def test_e4b_args_runners_and_profiles() -> None:
+    lines = dry(
+        TESTS="",
+        HEADS="0",
+        BENCH_31B="0",
+        RUN="I",
+        E4B_RUNNERS="v2 v1",
+        E4B_ARGS="--profile-at 32,128",
+        PROFILES="frozen_kv_mtp@128",
+    )
+    assert steps(lines) == ["E4B v2", "E4B v1", "profile", "report"]
+    assert all("--run I --profile-at 32,128" in line for line in lines[:2])
+    assert "--method frozen_kv_mtp --concurrency 128" in lines[2]
+
+
+@pytest.mark.parametrize(
+    ("recommend", "methods"),
+    [
+        ("32", "none,frozen_kv_mtp,frozen_kv_mtp:sliding_split_kv_max_rows=32"),
+        ("64", "none,frozen_kv_mtp"),  # vLLM's own threshold for E4B: the variant is dropped
+    ],
+)
+def test_attn_recommendation_fills_the_method(recommend: str, methods: str) -> None:
+    lines = dry(
+        ATTN="1",
+        H200_DRY_ATTN=recommend,
+        HEADS="0",
+        TESTS="",
+        BENCH_31B="0",
+        E4B_METHODS="none,frozen_kv_mtp,frozen_kv_mtp:sliding_split_kv_max_rows=@ATTN",
+    )
+    assert steps(lines) == ["attn", "E4B v2", "report"]
+    assert f"--methods {methods} " in lines[1]
+
+
+def test_two_gpus_split_lanes() -> None:
+    lines = dry(H200_GPUS="2", HEADS="0")
+    assert sorted(steps(lines)) == sorted(
+        ["E4B v2", "tests v1", "31B", "tests v2", "tp2", "report"]
+    )
+    by_step = dict(zip(steps(lines), lines, strict=True))
+    assert by_step["E4B v2"].startswith("gpu0 ")
+    assert by_step["31B"].startswith("gpu1 ")
+    assert steps(dry(H200_GPUS="2", HEADS="0", TESTS="", TP2="0", BENCH_31B="0")) == [
+        "E4B v2",
+        "report",
+    ]
