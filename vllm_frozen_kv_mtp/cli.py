@@ -14,14 +14,25 @@ import sys
 
 
 def _check_config(target: str, spec_json: str) -> int:
+    """0 and a summary for a good config; 2 and the error (with its fix) for a bad one."""
     import vllm_frozen_kv_mtp
+    from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
 
+    try:
+        spec_dict = json.loads(spec_json)
+    except json.JSONDecodeError as e:
+        print(f"error: the speculative config is not JSON ({e}): {spec_json}", file=sys.stderr)
+        return 2
     vllm_frozen_kv_mtp.register()
     from vllm.engine.arg_utils import EngineArgs
 
-    cfg = EngineArgs(
-        model=target, speculative_config=json.loads(spec_json), skip_tokenizer_init=True
-    ).create_engine_config()
+    try:
+        cfg = EngineArgs(
+            model=target, speculative_config=spec_dict, skip_tokenizer_init=True
+        ).create_engine_config()
+    except FrozenKVMTPConfigError as e:  # ours name their fix; vLLM's own errors propagate
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     spec = cfg.speculative_config
     print(
         f"ok: method {spec.method} (frozen_kv_mtp), k={spec.num_speculative_tokens}, "

@@ -1,0 +1,62 @@
+"""``frozen-kv-mtp check-config``, run as users run it (a subprocess): a summary for a
+good config; for a bad one, exit 2 and the error with its fix, no traceback. Real vLLM
+config objects, no engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import pair
+
+
+def check_config(target: str, spec: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_frozen_kv_mtp.cli", "check-config", target, spec],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _spec(assistant: str, **extra: object) -> str:
+    return json.dumps({"method": "frozen_kv_mtp", "model": assistant, **extra})
+
+
+def test_check_config_ok() -> None:
+    target, assistant = pair("fp32")
+    r = check_config(target, _spec(assistant, sliding_split_kv_max_rows=16))
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("ok: method mtp (frozen_kv_mtp), k=2"), last
+    assert "'sliding_split_kv_max_rows': 16" in last
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"sliding_split_kv_max_rows": -2}, "Fix: pass -1"),
+        ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+        ({"centroid_head": "fastest"}, 'Fix: pass one of "upstream"'),
+    ],
+)
+def test_check_config_bad_option_exits_2_with_the_fix(
+    extra: dict[str, object], message: str
+) -> None:
+    target, assistant = pair("fp32")
+    r = check_config(target, _spec(assistant, **extra))
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: frozen_kv_mtp:"), last
+    assert message in last
+    assert "Traceback" not in r.stderr
+
+
+def test_check_config_not_json() -> None:
+    target, _ = pair("fp32")
+    r = check_config(target, "{method: frozen_kv_mtp}")
+    assert r.returncode == 2
+    assert "is not JSON" in r.stderr
