@@ -23,6 +23,7 @@ import torch
 from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
+from vllm_frozen_kv_mtp.draft_attention import VLLM_DEFAULT
 from vllm_frozen_kv_mtp.frozen_kv import (
     PADDING_SLOT_ID,
     DraftStats,
@@ -68,6 +69,12 @@ class FrozenKVMTPProposer(Gemma4Proposer):
                 "frozen_kv_mtp: centroid_head=%r applies to Model Runner V2 only; the V1 "
                 "runner already drafts with a sparse centroid argmax",
                 options.centroid_head,
+            )
+        if options.sliding_split_kv_max_rows != VLLM_DEFAULT:
+            logger.warning(
+                "frozen_kv_mtp: sliding_split_kv_max_rows=%d applies to Model Runner V2 "
+                "only; the V1 runner keeps vLLM's split-KV choice",
+                options.sliding_split_kv_max_rows,
             )
 
     # ---- load-time guarantees -------------------------------------------------

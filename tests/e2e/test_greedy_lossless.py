@@ -97,3 +97,38 @@ def test_chunked_prefill_and_prefix_caching() -> None:
         got = run(llm)
         assert spec_metrics(llm)["num_drafts"] > 0
     assert got == expected
+
+
+def test_v2_only_options_on_the_v1_runner_warn_and_keep_output() -> None:
+    """centroid_head and sliding_split_kv_max_rows tune Model Runner V2; the V1 runner
+    (the CPU's) says at start-up that it ignores them, and output stays lossless."""
+    import logging
+
+    variant = "fp32-centroid"
+    expected = _baseline(variant)
+    target, assistant = pair(variant)
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": 2,
+        "centroid_head": "fused",
+        "sliding_split_kv_max_rows": 8,
+    }
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("vllm.frozen_kv_mtp")
+    handler = Keep(logging.WARNING)
+    log.addHandler(handler)
+    try:
+        with engine(target, spec) as llm:
+            assert not llm.llm_engine.vllm_config.use_v2_model_runner
+            got = _generate(llm)
+    finally:
+        log.removeHandler(handler)
+    assert got == expected
+    assert any("centroid_head='fused' applies to Model Runner V2 only" in m for m in seen), seen
+    assert any("sliding_split_kv_max_rows=8 applies to Model Runner V2" in m for m in seen), seen
