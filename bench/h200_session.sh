@@ -37,6 +37,11 @@ late() { # true once the plan has run longer than LATE_S (later steps are skippe
   [ $(($(date +%s) - $(cat $W/t0))) -ge "${LATE_S:-840}" ]
 }
 
+wants_tests() { # wants_tests v1|v2: TESTS names that suite (unset: both; "": none)
+  case " ${TESTS-v2 v1} " in *" $1 "*) return 0 ;; esac
+  return 1
+}
+
 attn_methods() { # E4B_METHODS with "@ATTN" replaced by attn_gpu.py's recommendation; a
   # method naming @ATTN is dropped when there is none or it is E4B's vLLM default (>= 64)
   local n methods="${E4B_METHODS:-frozen_kv_mtp,mtp,none}"
@@ -113,22 +118,22 @@ lane_a() { # TESTS picks the GPU tests here too ("v2 v1" by default: V1 in this 
   heads 0
   attn 0
   bench_e4b 0
-  case " ${TESTS-v2 v1} " in *" v1 "*) tests_v1 0 ;; esac
+  wants_tests v1 && tests_v1 0
   profiles 0
   if [ "${RUN_26B:-0}" = 1 ] && ! late; then bench_26b 0; fi
 }
 
 lane_b() {
   [ "${BENCH_31B:-1}" = 1 ] && bench_31b 1
-  case " ${TESTS-v2 v1} " in *" v2 "*) tests_v2 1 ;; esac
+  wants_tests v2 && tests_v2 1
 }
 
 serial() { # one GPU: the E4B numbers, the tests (first with TESTS_FIRST=1), then 31B if time is left
   heads 0
   attn 0
   [ "${TESTS_FIRST:-0}" = 1 ] || bench_e4b 0
-  case " ${TESTS-v2 v1} " in *" v2 "*) tests_v2 0 ;; esac
-  case " ${TESTS-v2 v1} " in *" v1 "*) tests_v1 0 ;; esac
+  wants_tests v2 && tests_v2 0
+  wants_tests v1 && tests_v1 0
   [ "${TESTS_FIRST:-0}" = 1 ] && bench_e4b 0
   profiles 0
   if [ "${BENCH_31B:-1}" = 1 ] && ! late; then bench_31b 0; else echo "skipped" >$W/bench_31B.log; fi

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vllm_frozen_kv_mtp import METHOD
+from vllm_frozen_kv_mtp.draft_attention import VLLM_DEFAULT
 from vllm_frozen_kv_mtp.gemma4_shapes import (
     GEMMA4_ASSISTANT_TYPES,
     GEMMA4_TARGET_TYPES,
@@ -88,7 +89,7 @@ class FrozenKVOptions:
     #: (vLLM's "3D" kernel plus a reduce) only for batches of at most this many rows,
     #: and read the window in one pass above; -1 keeps vLLM's threshold, which it can
     #: only lower (see draft_attention.py)
-    sliding_split_kv_max_rows: int = -1
+    sliding_split_kv_max_rows: int = VLLM_DEFAULT
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FrozenKVOptions:
@@ -326,7 +327,7 @@ def translate_speculative_config(
             + f' ("{FrozenKVOptions.centroid_head}" is the default).',
         )
     rows = options.sliding_split_kv_max_rows
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < -1:
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < VLLM_DEFAULT:
         raise FrozenKVMTPConfigError(
             f"sliding_split_kv_max_rows must be an integer >= -1, got {rows!r}.",
             "pass -1 (vLLM's choice, the default), 0 (never split) or a row count.",
