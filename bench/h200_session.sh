@@ -9,10 +9,13 @@
 #      RUN, the label stored in the rows; V2_TESTS, a pytest -k expression; LATE_S)
 #   bash bench/h200_session.sh wait 560     # follow it up to 560 s; pack logs into $OUT
 #   bash bench/h200_session.sh dry          # no GPU: list the steps this env would run
+#   (start runs `reset` first: a second plan on the same warm machine keeps the first
+#    plan's rows and logs, and `wait` waits for the new one)
 #
 #     (more env: PROFILES="frozen_kv_mtp:centroid_head=dense@32 ...", kernel profiles of a
 #      draft round; BENCH_31B=0 skips 31B on one GPU, E4B=0 skips E4B (a 31B-only
-#      session), B31_ARGS extra flags for 31B; TP2=0 skips the TP=2 tests on two GPUs;
+#      session), B31_ARGS extra flags for 31B, B31_METHODS its methods in run order;
+#      TP2=0 skips the TP=2 tests on two GPUs;
 #      RUN_26B=1 tries 26B-A4B;
 #      TESTS="v2" runs only the V2 GPU tests on one GPU, TESTS="" none, TESTS_FIRST=1
 #      runs them before the E4B benchmark; E4B_ARGS, extra bench_gpu.py flags such as
@@ -30,8 +33,13 @@
 # plan is past LATE_S seconds.
 # Everything lands in /tmp/h200 (results h200_*.jsonl, one log per step).
 set -u
-W=/tmp/h200
+W=${H200_DIR:-/tmp/h200} # H200_DIR: tests only
 REPO=$(pwd)
+
+skip_log() { # skip_log NAME: mark a skipped step without clobbering the log of an
+  # earlier plan on the same warm machine (a 31B plan, then an E4B one)
+  [ -s $W/$1.log ] || echo "skipped" >$W/$1.log
+}
 
 late() { # true once the plan has run longer than LATE_S (later steps are skipped)
   [ $(($(date +%s) - $(cat $W/t0))) -ge "${LATE_S:-840}" ]
@@ -56,7 +64,7 @@ attn_methods() { # E4B_METHODS with "@ATTN" replaced by attn_gpu.py's recommenda
 
 bench_e4b() { # E4B_RUNNERS="v2 v1": Model Runner V2 (the GPU default), then V1; E4B=0 skips
   local methods
-  [ "${E4B:-1}" = 1 ] || { echo "skipped" >$W/bench_E4B.log; return 0; }
+  [ "${E4B:-1}" = 1 ] || { skip_log bench_E4B; return 0; }
   methods=$(attn_methods)
   echo "E4B methods: $methods" >>$W/plan.log
   for runner in ${E4B_RUNNERS:-v2}; do
@@ -68,9 +76,10 @@ bench_e4b() { # E4B_RUNNERS="v2 v1": Model Runner V2 (the GPU default), then V1;
   done
 }
 
-bench_31b() { # B31_ARGS: extra bench_gpu.py flags for 31B, such as "--concurrency 1,32"
+bench_31b() { # B31_ARGS: extra bench_gpu.py flags for 31B, such as "--concurrency 1,32";
+  # B31_METHODS: the methods in the order they run
   CUDA_VISIBLE_DEVICES=$1 python bench/bench_gpu.py all --models 31B \
-    --methods frozen_kv_mtp,mtp,none --shapes $W/shapes --out $W/h200_31B.jsonl --run "${RUN:-A}" \
+    --methods "${B31_METHODS:-frozen_kv_mtp,mtp,none}" --shapes $W/shapes --out $W/h200_31B.jsonl --run "${RUN:-A}" \
     ${B31_ARGS:-} >$W/bench_31B.log 2>&1
 }
 
@@ -136,7 +145,7 @@ serial() { # one GPU: the E4B numbers, the tests (first with TESTS_FIRST=1), the
   wants_tests v1 && tests_v1 0
   [ "${TESTS_FIRST:-0}" = 1 ] && bench_e4b 0
   profiles 0
-  if [ "${BENCH_31B:-1}" = 1 ] && ! late; then bench_31b 0; else echo "skipped" >$W/bench_31B.log; fi
+  if [ "${BENCH_31B:-1}" = 1 ] && ! late; then bench_31b 0; else skip_log bench_31B; fi
 }
 
 summarize() { # all rows so far -> h200.jsonl, h200.json and the report table
@@ -192,7 +201,14 @@ progress() {
 }
 
 case "${1:-}" in
+reset)
+  # A new plan on a warm machine: drop the last plan's DONE (else `wait` returns at once)
+  # and t0; its rows and logs stay and are packed with the new ones.
+  mkdir -p $W
+  rm -f $W/DONE $W/t0
+  ;;
 start)
+  bash "$0" reset
   # Run from a snapshot: a later call re-sends the working tree, which may have moved on.
   mkdir -p $W/repo/.gpu/part2
   tar --exclude=./.gpu --exclude=./.git --exclude=./.venv -cf - . | tar -C $W/repo -xf -
@@ -206,7 +222,7 @@ dry)
   # The plan with every python and nvidia-smi call replaced by a line in $W/dry.log
   # (tests/unit/test_h200_session.py): which steps, flags and methods an env would run.
   # H200_GPUS: GPUs to pretend; H200_DRY_ATTN: the row count attn_gpu.py "recommends".
-  W=$(mktemp -d)
+  W=${H200_DRY_DIR:-$(mktemp -d)} # H200_DRY_DIR (tests): a kept folder with earlier logs
   python() {
     echo "${CUDA_VISIBLE_DEVICES:+gpu$CUDA_VISIBLE_DEVICES }${VLLM_USE_V2_MODEL_RUNNER:+v2=$VLLM_USE_V2_MODEL_RUNNER }python $*" >>$W/dry.log
     case "$*" in *attn_gpu.py*) [ -n "${H200_DRY_ATTN:-}" ] && echo "RECOMMEND sliding_split_kv_max_rows=$H200_DRY_ATTN" ;; esac
@@ -215,7 +231,7 @@ dry)
   nvidia-smi() { [ "${1:-}" = -L ] && seq "${H200_GPUS:-1}" | sed 's/^/GPU /'; return 0; }
   plan
   cat $W/dry.log
-  rm -rf "$W"
+  [ -n "${H200_DRY_DIR:-}" ] || rm -rf "$W"
   ;;
 wait)
   end=$(($(date +%s) + ${2:-560}))
@@ -226,7 +242,7 @@ wait)
   pack
   ;;
 *)
-  echo "usage: $0 start | wait SECONDS | dry" >&2
+  echo "usage: $0 start | wait SECONDS | dry | reset" >&2
   exit 2
   ;;
 esac

@@ -31,6 +31,9 @@ PLAN_ENV = (
     "TP2",
     "RUN",
     "LATE_S",
+    "B31_METHODS",
+    "H200_DIR",
+    "H200_DRY_DIR",
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -142,3 +145,34 @@ def test_two_gpus_split_lanes() -> None:
         "E4B v2",
         "report",
     ]
+
+
+def test_31b_methods_run_in_the_given_order() -> None:
+    lines = dry(E4B="0", TESTS="", HEADS="0", B31_METHODS="none,mtp,frozen_kv_mtp")
+    assert steps(lines) == ["31B", "report"]
+    assert "--methods none,mtp,frozen_kv_mtp " in lines[0]
+    assert "--methods frozen_kv_mtp,mtp,none " in dry(E4B="0", TESTS="", HEADS="0")[0]
+
+
+def test_reset_lets_a_second_plan_wait_and_keeps_rows(tmp_path: Path) -> None:
+    # Run I: a 31B plan, then an E4B plan on the same warm machine. The first plan's
+    # DONE made `wait` return at once, and its 31B log was overwritten by "skipped".
+    (tmp_path / "DONE").write_text("plan done after 785 s\n")
+    (tmp_path / "t0").write_text("0\n")
+    (tmp_path / "h200_31B.jsonl").write_text('{"model": "31B"}\n')
+    (tmp_path / "bench_31B.log").write_text("31B engine log\n")
+    env = {k: v for k, v in os.environ.items() if k not in PLAN_ENV}
+    subprocess.run(
+        ["bash", str(SCRIPT), "reset"],
+        cwd=SCRIPT.parents[1],
+        env={**env, "H200_DIR": str(tmp_path)},
+        check=True,
+        timeout=30,
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench_31B.log", "h200_31B.jsonl"]
+    # The E4B plan skips 31B: the 31B log stays; a skipped step without a log gets one.
+    lines = dry(BENCH_31B="0", TESTS="", HEADS="0", H200_DRY_DIR=str(tmp_path))
+    assert steps(lines) == ["E4B v2", "report"]
+    assert (tmp_path / "bench_31B.log").read_text() == "31B engine log\n"
+    dry(E4B="0", BENCH_31B="0", TESTS="", HEADS="0", H200_DRY_DIR=str(tmp_path))
+    assert (tmp_path / "bench_E4B.log").read_text() == "skipped\n"
