@@ -1,16 +1,19 @@
 """Draft-step attention on CUDA, alone (no engine): vLLM's Triton ``unified_attention``
 at the Gemma 4 E4B assistant's shapes, split-KV ("3D", 16 segments + reduce) against one
-pass per (request, KV head) ("2D"), for one decode query per request.
+pass per (request, KV head) ("2D"), and this project's split decode kernel
+(``vllm_frozen_kv_mtp.decode_attention_kernel``, not yet wired into the engine), for one
+decode query per request.
 
-    python bench/attn_gpu.py --rows 1,8,16,32,64,128 --contexts 256,512,2048 \\
+    python bench/attn_gpu.py --rows 1,8,16,32,64,128 --contexts 128,256,512,2048 \\
         --json bench/results/h200_attn.json
 
 Layers: ``sliding`` (head size 256, window 512) and ``full`` (head size 512), 4 query
 heads over 2 KV heads, bf16, block size 16, random KV in distinct blocks per request.
-Each call is captured in a CUDA graph and replayed (median us per call); the two
-kernels' outputs are compared. The last line recommends ``sliding_split_kv_max_rows``:
-the largest row count at which split-KV was faster for the sliding layer at the window
-length (every context >= 512 reads 512 keys there), 0 if never.
+Each call is captured in a CUDA graph and replayed (median us per call); the outputs
+are compared with the one-pass kernel's. The last line recommends
+``sliding_split_kv_max_rows``: the largest row count at which split-KV was faster for
+the sliding layer at the window length (every context >= 512 reads 512 keys there), 0
+if never.
 """
 
 from __future__ import annotations
@@ -39,11 +42,12 @@ def recommend(rows_out: list[dict[str, Any]], window: int = 512, margin: float =
 
 
 def attention_call(
-    rows: int, context: int, head: int, window: int | None, split: bool, dev: str = "cuda"
+    rows: int, context: int, head: int, window: int | None, kind: str, dev: str = "cuda"
 ) -> Any:
-    """A closure that runs one decode attention call (outputs written in place)."""
+    """A closure that runs one decode attention call (outputs written in place): ``kind``
+    "split" (vLLM 3D), "single" (vLLM 2D) or "frozen" (decode_attention_kernel); the
+    inputs depend only on rows, context and head, so the outputs are comparable."""
     import torch
-    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
 
     dt = torch.bfloat16 if dev == "cuda" else torch.float32  # the interpreter: fp32
     blocks_per_req = -(-context // BLOCK)
@@ -57,6 +61,33 @@ def attention_call(
     block_table = perm[: rows * blocks_per_req].view(rows, blocks_per_req).contiguous()
     cu_q = torch.arange(rows + 1, device=dev, dtype=torch.int32)
     seq_lens = torch.full((rows,), context, device=dev, dtype=torch.int32)
+    if kind == "frozen":
+        from vllm_frozen_kv_mtp.decode_attention_kernel import (
+            DecodeAttentionWorkspace,
+            choose_splits,
+            decode_attention,
+            tile_keys,
+        )
+
+        splits = choose_splits(rows, KV_HEADS, min(context, window or context), tile_keys(head))
+        ws = DecodeAttentionWorkspace.allocate(
+            rows, Q_HEADS, 1 << (splits - 1).bit_length(), head, dev
+        )
+
+        def frozen(_: Any) -> Any:
+            decode_attention(
+                q, k, v, block_table, seq_lens, out, 1.0, window or 0,
+                num_splits=splits, workspace=ws,
+            )  # fmt: skip
+            return out
+
+        frozen.splits = splits  # type: ignore[attr-defined]
+        frozen.inputs = (q, k, v, block_table, seq_lens)  # type: ignore[attr-defined]
+        return frozen
+
+    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+
+    split = kind == "split"
     pad = 1 << (head - 1).bit_length()
     seg_out = torch.empty(rows, Q_HEADS, SEGMENTS, pad, device=dev, dtype=torch.float32)
     seg_max = torch.empty(rows, Q_HEADS, SEGMENTS, device=dev, dtype=torch.float32)
@@ -80,7 +111,7 @@ def attention_call(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rows", default="1,8,16,32,64,128")
-    ap.add_argument("--contexts", default="256,512,2048")
+    ap.add_argument("--contexts", default="128,256,512,2048")
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()
@@ -93,28 +124,37 @@ def main() -> None:
         for layer, (head, window) in LAYERS.items():
             for context in (int(c) for c in args.contexts.split(",")):
                 for rows in (int(r) for r in args.rows.split(",")):
-                    split_us, split_out = time_graph(
-                        attention_call(rows, context, head, window, True), None, args.replays
-                    )
-                    single_us, single_out = time_graph(
-                        attention_call(rows, context, head, window, False), None, args.replays
-                    )
+                    timed = {}
+                    for kind in ("split", "single", "frozen"):
+                        call = attention_call(rows, context, head, window, kind)
+                        timed[kind] = (*time_graph(call, None, args.replays), call)
+                    single_out = timed["single"][1]
+                    split_diff = float((timed["split"][1] - single_out).abs().max())
                     row = {
                         "layer": layer,
                         "context": context,
                         "rows": rows,
-                        "split_us": round(split_us, 2),
-                        "single_us": round(single_us, 2),
-                        "max_abs_diff": round(float((split_out - single_out).abs().max()), 5),
+                        "split_us": round(timed["split"][0], 2),
+                        "single_us": round(timed["single"][0], 2),
+                        "frozen_us": round(timed["frozen"][0], 2),
+                        "frozen_splits": timed["frozen"][2].splits,
+                        "max_abs_diff": round(split_diff, 5),
+                        "frozen_max_abs_diff": round(
+                            float((timed["frozen"][1] - single_out).abs().max()), 5
+                        ),
                     }
                     print("ROW", json.dumps(row), flush=True)
                     rows_out.append(row)
-    print("| layer | context | rows | split-KV us | one pass us | max abs diff |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| layer | context | rows | split-KV us | one pass us | frozen kernel us (splits) "
+        "| max abs diff split / frozen |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for r in rows_out:
         print(
             f"| {r['layer']} | {r['context']} | {r['rows']} | {r['split_us']} | "
-            f"{r['single_us']} | {r['max_abs_diff']} |"
+            f"{r['single_us']} | {r['frozen_us']} ({r['frozen_splits']}) | "
+            f"{r['max_abs_diff']} / {r['frozen_max_abs_diff']} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(rows_out, indent=1) + "\n")

@@ -1,0 +1,113 @@
+"""The split decode-attention kernel computes what the torch reference computes.
+
+The kernel runs in Triton's CPU interpreter (fp32: the interpreter's bf16 ``tl.dot`` is
+wrong in Triton 3.6.0), in a subprocess with the Triton folder ``make install`` sets
+aside (see test_seed_rows.py). The reference itself is checked against a dense softmax
+over keys gathered by hand.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tests.unit.test_seed_rows import run_in_triton_interpreter
+from vllm_frozen_kv_mtp.decode_attention_kernel import (
+    MAX_SPLITS,
+    choose_splits,
+    decode_attention_reference,
+)
+
+#: (head size, window, block size, softcap, KV scales, splits to force)
+CASES = (
+    (256, 40, 16, 0.0, False, (None, 1, 3, 16)),
+    (512, 0, 16, 0.0, False, (None, 1, 4)),
+    (256, 0, 32, 30.0, True, (None, 2)),
+)
+SEQ_LENS = (1, 17, 64, 100, 0)  # 0: a CUDA-graph padding row (zeros out)
+
+
+def make_case(head: int, block_size: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """4 query heads over 2 KV heads, paged caches with shuffled blocks, a strided q."""
+    g = torch.Generator().manual_seed(seed)
+    rows, q_heads, kv_heads = len(SEQ_LENS), 4, 2
+    per_row = -(-max(SEQ_LENS) // block_size)
+    num_blocks = rows * per_row + 3
+    k = torch.randn(num_blocks, block_size, kv_heads, head, generator=g)
+    v = torch.randn(num_blocks, block_size, kv_heads, head, generator=g)
+    table = (torch.randperm(num_blocks - 1, generator=g)[: rows * per_row] + 1).to(torch.int32)
+    wide = torch.randn(rows, q_heads, head + 8, generator=g)
+    q = wide[:, :, :head]  # strided rows, as vLLM's q views are
+    seq_lens = torch.tensor(SEQ_LENS, dtype=torch.int32)
+    return q, k, v, table.view(rows, per_row), seq_lens
+
+
+def check() -> None:
+    """Run inside the interpreter subprocess."""
+    from vllm_frozen_kv_mtp.decode_attention_kernel import decode_attention
+
+    for i, (head, window, block_size, softcap, scaled, splits) in enumerate(CASES):
+        q, k, v, table, seq_lens = make_case(head, block_size, i)
+        ks, vs = (2.0, 0.5) if scaled else (1.0, 1.0)
+        want = decode_attention_reference(q, k, v, table, seq_lens, 0.125, window, softcap, ks, vs)
+        for n in splits:
+            out = torch.full_like(q, float("nan"))
+            decode_attention(
+                q, k, v, table, seq_lens, out, 0.125, window, softcap,
+                torch.tensor([ks]) if scaled else None, torch.tensor([vs]) if scaled else None,
+                num_splits=n,
+            )  # fmt: skip
+            err = float((out - want).abs().max())
+            assert err < 1e-4, (head, window, n, err)
+            assert torch.equal(out[-1], torch.zeros_like(out[-1])), "padding row"
+    print("decode attention kernel matches the reference")
+
+
+def test_kernel_matches_the_reference() -> None:
+    out = run_in_triton_interpreter(
+        "from tests.unit.test_decode_attention_kernel import check; check()"
+    )
+    assert "decode attention kernel matches the reference" in out
+
+
+def test_reference_is_a_windowed_softmax() -> None:
+    q, k, v, table, seq_lens = make_case(16, 4, 7)
+    out = decode_attention_reference(q, k, v, table, seq_lens, 0.5, window=9)
+    r, n = 3, int(seq_lens[3])  # 64 keys, the window keeps the last 9
+    keys = [(int(table[r, t // 4]), t % 4) for t in range(n - 9, n)]
+    for h in range(4):
+        kk = torch.stack([k[b, s, h // 2] for b, s in keys])
+        vv = torch.stack([v[b, s, h // 2] for b, s in keys])
+        p = torch.softmax(kk @ q[r, h] * 0.5, dim=0)
+        assert torch.allclose(out[r, h], p @ vv, atol=1e-5)
+    assert torch.equal(out[4], torch.zeros_like(out[4]))
+
+
+def test_splits_fill_the_gpu_within_bounds() -> None:
+    assert choose_splits(128, 2, 256, 64) == 2  # 256 (row, KV head) pairs: 2 x 256 = 512
+    assert choose_splits(32, 2, 4096, 64) == 8
+    assert choose_splits(1, 2, 100_000, 64) == MAX_SPLITS
+    assert choose_splits(1, 2, 40, 64) == 1  # one tile of keys: no split
+    assert choose_splits(512, 2, 512, 32) == 1
+
+
+def check_bench_call() -> None:
+    """Run inside the interpreter subprocess: bench/attn_gpu.py's "frozen" call."""
+    import sys
+
+    sys.path.insert(0, "bench")
+    from attn_gpu import attention_call
+
+    for head, window in ((256, 24), (512, None)):
+        call = attention_call(3, 40, head, window, "frozen", dev="cpu")
+        out = call(None)
+        q, k, v, table, seq_lens = call.inputs
+        want = decode_attention_reference(q, k, v, table, seq_lens, 1.0, window or 0)
+        assert float((out - want).abs().max()) < 1e-4, (head, window)
+    print("bench call matches the reference")
+
+
+def test_bench_call_matches_the_reference() -> None:
+    out = run_in_triton_interpreter(
+        "from tests.unit.test_decode_attention_kernel import check_bench_call; check_bench_call()"
+    )
+    assert "bench call matches the reference" in out
