@@ -114,6 +114,24 @@ def decode_attention_reference(
 if triton is not None:
 
     @triton.jit
+    def _kv_tile(ptr, stride_block, stride_tok, stride_head, block, slot, kv_head, d, mask,
+                 kv_scale, dtype: tl.constexpr, SCALED_KV: tl.constexpr):  # fmt: skip
+        """A [tile, head] K or V tile gathered through the block table (FP8: dequantised
+        with the layer's per-tensor scale)."""
+        x = tl.load(
+            ptr
+            + block[:, None] * stride_block
+            + slot[:, None] * stride_tok
+            + kv_head * stride_head
+            + d[None, :],
+            mask=mask,
+            other=0.0,
+        )
+        if SCALED_KV:
+            x = (x.to(tl.float32) * kv_scale).to(dtype)
+        return x
+
+    @triton.jit
     def _decode_split_kernel(
         q_ptr,
         q_stride_row,
@@ -190,17 +208,8 @@ if triton is not None:
             ).to(tl.int64)
             slot = t % BLOCK_SIZE
             kv_mask = t_mask[:, None] & d_mask[None, :]
-            k = tl.load(
-                k_ptr
-                + block[:, None] * k_stride_block
-                + slot[:, None] * k_stride_tok
-                + kv_head * k_stride_head
-                + d[None, :],
-                mask=kv_mask,
-                other=0.0,
-            )
-            if SCALED_KV:
-                k = (k.to(tl.float32) * k_scale).to(q.dtype)
+            k = _kv_tile(k_ptr, k_stride_block, k_stride_tok, k_stride_head, block, slot,
+                         kv_head, d, kv_mask, k_scale, q.dtype, SCALED_KV)  # fmt: skip
             if IEEE:  # fp32 models: no TF32 rounding of the inputs
                 s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
             else:
@@ -212,17 +221,8 @@ if triton is not None:
             alpha = tl.exp(m - m_new)
             p = tl.exp(s - m_new[:, None])
             l_sum = l_sum * alpha + tl.sum(p, axis=1)
-            v = tl.load(
-                v_ptr
-                + block[:, None] * v_stride_block
-                + slot[:, None] * v_stride_tok
-                + kv_head * v_stride_head
-                + d[None, :],
-                mask=kv_mask,
-                other=0.0,
-            )
-            if SCALED_KV:
-                v = (v.to(tl.float32) * v_scale).to(q.dtype)
+            v = _kv_tile(v_ptr, v_stride_block, v_stride_tok, v_stride_head, block, slot,
+                         kv_head, d, kv_mask, v_scale, q.dtype, SCALED_KV)  # fmt: skip
             if IEEE:
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
             else:
