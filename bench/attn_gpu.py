@@ -70,9 +70,7 @@ def attention_call(
         )
 
         splits = choose_splits(rows, KV_HEADS, min(context, window or context), tile_keys(head))
-        ws = DecodeAttentionWorkspace.allocate(
-            rows, Q_HEADS, 1 << (splits - 1).bit_length(), head, dev
-        )
+        ws = DecodeAttentionWorkspace.allocate(rows, Q_HEADS, splits, head, dev)
 
         def frozen(_: Any) -> Any:
             decode_attention(

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vllm_frozen_kv_mtp import METHOD
-from vllm_frozen_kv_mtp.draft_attention import VLLM_DEFAULT
+from vllm_frozen_kv_mtp.draft_attention import DRAFT_ATTENTIONS, VLLM_DEFAULT
 from vllm_frozen_kv_mtp.gemma4_shapes import (
     GEMMA4_ASSISTANT_TYPES,
     GEMMA4_TARGET_TYPES,
@@ -90,6 +90,10 @@ class FrozenKVOptions:
     #: and read the window in one pass above; -1 keeps vLLM's threshold, which it can
     #: only lower (see draft_attention.py)
     sliding_split_kv_max_rows: int = VLLM_DEFAULT
+    #: Model Runner V2 with TRITON_ATTN: "vllm" (default) runs the drafter's attention
+    #: with vLLM's kernels; "split" (opt-in) runs its one-row decode batches with
+    #: decode_attention_kernel (see split_decode_impl.py)
+    draft_attention: str = "vllm"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FrozenKVOptions:
@@ -331,6 +335,12 @@ def translate_speculative_config(
         raise FrozenKVMTPConfigError(
             f"sliding_split_kv_max_rows must be an integer >= -1, got {rows!r}.",
             "pass -1 (vLLM's choice, the default), 0 (never split) or a row count.",
+        )
+    if options.draft_attention not in DRAFT_ATTENTIONS:
+        raise FrozenKVMTPConfigError(
+            f"draft_attention must be one of {', '.join(DRAFT_ATTENTIONS)}, got "
+            f"{options.draft_attention!r}.",
+            'pass "vllm" (the default) or "split".',
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated.update(method="mtp", model=model, num_speculative_tokens=k)

@@ -57,23 +57,33 @@ def choose_splits(rows: int, kv_heads: int, max_context: int, tile: int) -> int:
 
 @dataclass
 class DecodeAttentionWorkspace:
-    """Partial results of the split launch: preallocate once for CUDA graphs."""
+    """Flat fp32 storage for the split launch's partial results, laid out per call as
+    [rows, q_heads, splits_pad(, head_pad)]. Preallocate once (for the largest call) to
+    capture calls in CUDA graphs; several layers can share one, used one after another."""
 
-    acc: torch.Tensor  # [rows, q_heads, splits, head_pad] fp32
-    m: torch.Tensor  # [rows, q_heads, splits] fp32
-    l: torch.Tensor  # noqa: E741  [rows, q_heads, splits] fp32
+    acc: torch.Tensor
+    m: torch.Tensor
+    l: torch.Tensor  # noqa: E741
 
     @classmethod
     def allocate(
         cls, rows: int, q_heads: int, splits: int, head_size: int, device: torch.device | str
     ) -> DecodeAttentionWorkspace:
-        pad = triton.next_power_of_2(head_size) if triton is not None else head_size
+        n = rows * q_heads * _pow2(splits)
         f32 = torch.float32
         return cls(
-            acc=torch.empty(rows, q_heads, splits, pad, dtype=f32, device=device),
-            m=torch.empty(rows, q_heads, splits, dtype=f32, device=device),
-            l=torch.empty(rows, q_heads, splits, dtype=f32, device=device),
+            acc=torch.empty(n * _pow2(head_size), dtype=f32, device=device),
+            m=torch.empty(n, dtype=f32, device=device),
+            l=torch.empty(n, dtype=f32, device=device),
         )
+
+    def fits(self, rows: int, q_heads: int, splits: int, head_size: int) -> bool:
+        n = rows * q_heads * _pow2(splits)
+        return self.m.numel() >= n and self.acc.numel() >= n * _pow2(head_size)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def decode_attention_reference(
@@ -239,7 +249,7 @@ if triton is not None:
                 mask=io_mask,
             )
         else:
-            # [rows, q_heads, splits(, head_pad)], contiguous
+            # [rows, q_heads, SPLITS_PAD(, HEAD_PAD)] in the flat workspace
             part = (row * (tl.num_programs(1) * GROUP) + q_head) * SPLITS_PAD + split
             tl.store(acc_ptr + part[:, None] * HEAD_PAD + d[None, :], acc, mask=io_mask)
             tl.store(m_ptr + part, m, mask=g_mask)
@@ -313,18 +323,18 @@ def decode_attention(
     if num_splits is None:
         cap = max_context or block_table.shape[1] * block_size
         num_splits = choose_splits(rows, kv_heads, min(cap, window) if window > 0 else cap, tile)
-    splits_pad = triton.next_power_of_2(num_splits)
-    head_pad = triton.next_power_of_2(head)
+    splits_pad = _pow2(num_splits)
+    head_pad = _pow2(head)
     direct = num_splits == 1
     if not direct and workspace is None:
-        workspace = DecodeAttentionWorkspace.allocate(rows, q_heads, splits_pad, head, q.device)
+        workspace = DecodeAttentionWorkspace.allocate(rows, q_heads, num_splits, head, q.device)
     scaled = k_scale is not None
     dummy = seq_lens  # any tensor: unused pointers
     ws_acc = workspace.acc if workspace is not None else dummy
     ws_m = workspace.m if workspace is not None else dummy
     ws_l = workspace.l if workspace is not None else dummy
     if workspace is not None:
-        assert workspace.acc.shape[2] == splits_pad and workspace.acc.shape[3] == head_pad
+        assert workspace.fits(rows, q_heads, num_splits, head), "workspace too small"
     _decode_split_kernel[(rows, kv_heads, num_splits)](
         q,
         q.stride(0),

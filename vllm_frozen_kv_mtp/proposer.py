@@ -76,6 +76,12 @@ class FrozenKVMTPProposer(Gemma4Proposer):
                 "only; the V1 runner keeps vLLM's split-KV choice",
                 options.sliding_split_kv_max_rows,
             )
+        if options.draft_attention != "vllm":
+            logger.warning(
+                "frozen_kv_mtp: draft_attention=%r applies to Model Runner V2 only; the V1 "
+                "runner keeps vLLM's attention kernels",
+                options.draft_attention,
+            )
 
     # ---- load-time guarantees -------------------------------------------------
 

@@ -56,6 +56,28 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
         check_readonly_wiring(self.vllm_config, self.draft_attn_layer_names)
+        if self.frozen_options.draft_attention == "split":
+            self._install_split_decode_attention()
+
+    def _install_split_decode_attention(self) -> None:
+        from vllm.config import get_layers_from_vllm_config
+        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+        from vllm_frozen_kv_mtp.split_decode_impl import install_split_decode_attention
+
+        layers = get_layers_from_vllm_config(self.vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+        names = set(self.draft_attn_layer_names)
+        switched = install_split_decode_attention(
+            {n: layer for n, layer in layers.items() if n in names},
+            self.max_num_reqs,
+            self.device,
+        )
+        if len(switched) < len(names):
+            logger.warning(
+                "frozen_kv_mtp: draft_attention='split' needs TRITON_ATTN; drafter layers %s "
+                "keep their backend",
+                sorted(names - set(switched)),
+            )
 
     def set_attn(self, model_state: Any, kv_cache_config: Any, *args: Any, **kwargs: Any) -> None:
         super().set_attn(model_state, kv_cache_config, *args, **kwargs)

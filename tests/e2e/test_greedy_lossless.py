@@ -100,8 +100,9 @@ def test_chunked_prefill_and_prefix_caching() -> None:
 
 
 def test_v2_only_options_on_the_v1_runner_warn_and_keep_output() -> None:
-    """centroid_head and sliding_split_kv_max_rows tune Model Runner V2; the V1 runner
-    (the CPU's) says at start-up that it ignores them, and output stays lossless."""
+    """centroid_head, sliding_split_kv_max_rows and draft_attention tune Model Runner V2;
+    the V1 runner (the CPU's) says at start-up that it ignores them, and output stays
+    lossless."""
     import logging
 
     variant = "fp32-centroid"
@@ -113,6 +114,7 @@ def test_v2_only_options_on_the_v1_runner_warn_and_keep_output() -> None:
         "num_speculative_tokens": 2,
         "centroid_head": "fused",
         "sliding_split_kv_max_rows": 8,
+        "draft_attention": "split",
     }
     seen: list[str] = []
 
@@ -132,3 +134,4 @@ def test_v2_only_options_on_the_v1_runner_warn_and_keep_output() -> None:
     assert got == expected
     assert any("centroid_head='fused' applies to Model Runner V2 only" in m for m in seen), seen
     assert any("sliding_split_kv_max_rows=8 applies to Model Runner V2" in m for m in seen), seen
+    assert any("draft_attention='split' applies to Model Runner V2" in m for m in seen), seen

@@ -243,3 +243,42 @@ def test_v2_sliding_single_pass_attention_keeps_output_and_drafts(runner: str) -
     assert got == expected
     assert m["num_drafts"] > 0
     assert m["num_accepted_tokens"] == m["num_draft_tokens"]
+
+
+def test_v2_split_decode_attention_keeps_output_and_drafts(runner: str) -> None:
+    """draft_attention="split": every drafter attention layer decodes with the split
+    kernel (no fallback to vLLM's while the engine runs), output equals no speculation and
+    the oracle pair still accepts every draft (fp32), async on, CUDA graphs."""
+    if runner != "v2":
+        pytest.skip("draft_attention applies to Model Runner V2")
+    from vllm_frozen_kv_mtp import split_decode_impl
+
+    target, assistant, prompts, kw, expected = _no_spec_baseline("fp32-oracle")
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": 3,
+        "draft_attention": "split",
+    }
+    with engine(target, spec, **kw) as llm:
+        d = drafter(llm)
+        from vllm.config import get_layers_from_vllm_config
+        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+        layers = get_layers_from_vllm_config(d.vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+        kinds = {type(layers[n].impl).__name__ for n in d.draft_attn_layer_names}
+        target_kinds = {
+            type(layer.impl).__name__
+            for n, layer in layers.items()
+            if n not in d.draft_attn_layer_names
+        }
+        before = split_decode_impl.FALLBACKS
+        got = outputs(llm.generate(prompts, _params(), use_tqdm=False))
+        m = spec_metrics(llm)
+    print("drafter attention impls", kinds, "target", target_kinds)
+    assert kinds == {"SplitDecodeTritonImpl"}, kinds
+    assert "SplitDecodeTritonImpl" not in target_kinds
+    assert split_decode_impl.FALLBACKS == before
+    assert got == expected
+    assert m["num_drafts"] > 0
+    assert m["num_accepted_tokens"] == m["num_draft_tokens"]

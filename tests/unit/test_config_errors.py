@@ -50,6 +50,7 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
         "kv_guard": False,
         "centroid_head": "auto",
         "sliding_split_kv_max_rows": -1,
+        "draft_attention": "vllm",
         "num_speculative_tokens": 3,
     }
 
@@ -63,12 +64,14 @@ def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
         "kv_guard": True,
         "centroid_head": "dense",
         "sliding_split_kv_max_rows": 8,
+        "draft_attention": "split",
         "enforce_eager": True,
     }
     cfg = _engine_config(target, spec, additional_config={"other_plugin": 1})
     assert cfg.additional_config["frozen_kv_mtp"]["kv_guard"] is True
     assert cfg.additional_config["frozen_kv_mtp"]["centroid_head"] == "dense"
     assert cfg.additional_config["frozen_kv_mtp"]["sliding_split_kv_max_rows"] == 8
+    assert cfg.additional_config["frozen_kv_mtp"]["draft_attention"] == "split"
     assert cfg.additional_config["other_plugin"] == 1
     assert cfg.speculative_config.enforce_eager is True
 
@@ -249,6 +252,12 @@ def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
         "centroid_head",
         '"sparse"',
         '"auto"',
+    )
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "draft_attention": "flash"},
+        "draft_attention must be one of vllm, split",
+        '"vllm" (the default)',
     )
     for rows in ("8", -2, 1.5, True):
         _refused(

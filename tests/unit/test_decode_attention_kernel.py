@@ -43,8 +43,14 @@ def make_case(head: int, block_size: int, seed: int) -> tuple[torch.Tensor, ...]
 
 def check() -> None:
     """Run inside the interpreter subprocess."""
-    from vllm_frozen_kv_mtp.decode_attention_kernel import decode_attention
+    from vllm_frozen_kv_mtp.decode_attention_kernel import (
+        DecodeAttentionWorkspace,
+        decode_attention,
+    )
 
+    # one workspace for every call, sized for the largest (as the engine shares one)
+    shared = DecodeAttentionWorkspace.allocate(len(SEQ_LENS), 4, MAX_SPLITS, 512, "cpu")
+    assert not shared.fits(len(SEQ_LENS) + 1, 4, MAX_SPLITS, 512)
     for i, (head, window, block_size, softcap, scaled, splits) in enumerate(CASES):
         q, k, v, table, seq_lens = make_case(head, block_size, i)
         ks, vs = (2.0, 0.5) if scaled else (1.0, 1.0)
@@ -54,7 +60,7 @@ def check() -> None:
             decode_attention(
                 q, k, v, table, seq_lens, out, 0.125, window, softcap,
                 torch.tensor([ks]) if scaled else None, torch.tensor([vs]) if scaled else None,
-                num_splits=n,
+                num_splits=n, workspace=shared if n and n % 2 else None,
             )  # fmt: skip
             err = float((out - want).abs().max())
             assert err < 1e-4, (head, window, n, err)

@@ -1,0 +1,162 @@
+"""Option ``draft_attention="split"``: the drafter's TRITON_ATTN layers run their one-row
+decode batches with ``decode_attention_kernel`` (Model Runner V2, opt-in).
+
+Each drafter attention layer keeps vLLM's ``TritonAttentionImpl`` object, metadata
+builder and KV-sharing wiring; only the class of that one object changes, to a subclass
+whose ``forward`` calls the split decode kernel when the batch is one query row per
+request over an unquantised cache, and vLLM's own ``forward`` otherwise (profiling
+runs, FP8 or per-token-head quantised KV, sinks, ALiBi, multimodal prefix ranges, output
+quantisation, a batch larger than the workspace). The target's layers are never
+touched. All drafter layers share one
+workspace, sized at load for ``max_num_reqs`` rows, so the calls can be captured in the
+round's CUDA graph.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from vllm_frozen_kv_mtp.decode_attention_kernel import (
+    MAX_SPLITS,
+    DecodeAttentionWorkspace,
+    choose_splits,
+    decode_attention,
+    tile_keys,
+)
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+
+#: forward calls that went to vLLM's kernel with metadata present (the GPU test asserts
+#: that a frozen round never does)
+FALLBACKS = 0
+
+
+def _split_decode_class(base: type) -> type:
+    class SplitDecodeTritonImpl(base):  # type: ignore[misc, valid-type]
+        """vLLM's TRITON_ATTN impl; one-row decode batches use the split kernel."""
+
+        frozen_workspace: DecodeAttentionWorkspace
+
+        def forward(  # type: ignore[override]
+            self,
+            layer: torch.nn.Module,
+            query: torch.Tensor,
+            key: torch.Tensor,
+            value: torch.Tensor,
+            kv_cache: torch.Tensor,
+            attn_metadata: Any,
+            output: torch.Tensor,
+            output_scale: torch.Tensor | None = None,
+            output_block_scale: torch.Tensor | None = None,
+        ) -> torch.Tensor:
+            if attn_metadata is not None and split_decode_applies(
+                self, attn_metadata, output_scale, output_block_scale
+            ):
+                key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
+                n = attn_metadata.num_actual_tokens
+                left = self.sliding_window[0]
+                window = left + 1 if left >= 0 else 0
+                splits = splits_for(n, self.num_kv_heads, window, self.head_size)
+                if key_cache.dtype == query.dtype and self.frozen_workspace.fits(
+                    n, self.num_heads, splits, self.head_size
+                ):
+                    decode_attention(
+                        query[:n],
+                        key_cache,
+                        value_cache,
+                        attn_metadata.block_table,
+                        attn_metadata.seq_lens,
+                        output[:n],
+                        self.scale,
+                        window,
+                        self.logits_soft_cap or 0.0,
+                        num_splits=splits,
+                        workspace=self.frozen_workspace,
+                    )
+                    return output
+            if attn_metadata is not None:
+                global FALLBACKS
+                FALLBACKS += 1
+            return super().forward(
+                layer,
+                query,
+                key,
+                value,
+                kv_cache,
+                attn_metadata,
+                output,
+                output_scale,
+                output_block_scale,
+            )
+
+    return SplitDecodeTritonImpl
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def split_decode_class(base: type) -> type:
+    """The subclass of ``base`` (vLLM's ``TritonAttentionImpl``), one per base."""
+    if base not in _CLASSES:
+        _CLASSES[base] = _split_decode_class(base)
+    return _CLASSES[base]
+
+
+def splits_for(rows: int, kv_heads: int, window: int, head_size: int) -> int:
+    """Context splits for a batch of ``rows`` rows: fixed per row count (so per CUDA-graph
+    bucket); each split's share of the keys is computed on the device."""
+    return choose_splits(rows, kv_heads, window if window > 0 else 1 << 30, tile_keys(head_size))
+
+
+def split_decode_applies(
+    impl: Any, metadata: Any, output_scale: Any = None, output_block_scale: Any = None
+) -> bool:
+    """One query row per request, causal, and none of the features the kernel lacks."""
+    return (
+        metadata.max_query_len == 1
+        and metadata.causal is True
+        and output_scale is None
+        and output_block_scale is None
+        and getattr(metadata, "mm_prefix_range_tensor", None) is None
+        and getattr(metadata, "rswa_prefix_lens", None) is None
+        and getattr(impl, "sinks", None) is None
+        and getattr(impl, "alibi_slopes", None) is None
+        and not getattr(impl, "_is_per_token_head_quant", False)
+        and getattr(impl, "chunk_lookback", -1) == -1
+        and not getattr(impl, "use_td", False)
+        and str(getattr(impl.attn_type, "value", impl.attn_type)) == "decoder"
+    )
+
+
+def install_split_decode_attention(
+    layers: dict[str, Any], max_rows: int, device: torch.device | str
+) -> list[str]:
+    """Switch the drafter's ``TritonAttentionImpl`` objects to the split-decode subclass,
+    with one shared workspace for ``max_rows`` rows; returns the layer names switched.
+    Layers on another backend keep it (the caller logs which)."""
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
+
+    switched = {
+        name: layer
+        for name, layer in sorted(layers.items())
+        if type(getattr(layer, "impl", None)) is TritonAttentionImpl
+    }
+    if not switched:
+        return []
+    q_heads = max(layer.impl.num_heads for layer in switched.values())
+    head = max(layer.impl.head_size for layer in switched.values())
+    workspace = DecodeAttentionWorkspace.allocate(max_rows, q_heads, MAX_SPLITS, head, device)
+    cls = split_decode_class(TritonAttentionImpl)
+    for layer in switched.values():
+        layer.impl.__class__ = cls
+        layer.impl.frozen_workspace = workspace
+    logger.info(
+        "frozen_kv_mtp: draft_attention='split': %d drafter layers decode with the split "
+        "kernel (workspace %.1f MiB)",
+        len(switched),
+        (workspace.acc.numel() + 2 * workspace.m.numel()) * 4 / 2**20,
+    )
+    return list(switched)
