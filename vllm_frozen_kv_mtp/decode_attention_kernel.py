@@ -185,9 +185,9 @@ if triton is not None:
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
         seq_len = tl.load(seq_lens_ptr + row)
-        start = 0
-        if window > 0:
-            start = tl.maximum(seq_len - window, 0)
+        # first key: seq_len - window, or 0 without a window (one expression: a runtime
+        # `if` may not change a variable's type in compiled Triton)
+        start = tl.maximum(seq_len - tl.where(window > 0, window, seq_len), 0)
         per_split = tl.cdiv(tl.cdiv(seq_len - start, num_splits), TILE) * TILE
         lo = start + split * per_split
         hi = tl.minimum(lo + per_split, seq_len)

@@ -99,10 +99,11 @@ print("kernel matches torch")
 """
 
 
-def run_in_triton_interpreter(code: str) -> str:
-    """Run ``code`` in a subprocess that has Triton, in interpreter mode (CPU); its stdout."""
+def run_in_triton_interpreter(code: str, interpret: bool = True) -> str:
+    """Run ``code`` in a subprocess that has Triton, in interpreter mode (CPU) unless
+    ``interpret`` is false (compile-only checks); its stdout."""
     assert TRITON_DIR.is_dir(), f"{TRITON_DIR} is missing: run `make install`"
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    env = dict(os.environ, TRITON_INTERPRET="1" if interpret else "0")
     env["PYTHONPATH"] = os.pathsep.join([str(TRITON_DIR), str(REPO), env.get("PYTHONPATH", "")])
     out = subprocess.run(
         [sys.executable, "-c", code],
