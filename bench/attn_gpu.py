@@ -45,23 +45,27 @@ def attention_call(
     rows: int, context: int, head: int, window: int | None, kind: str, dev: str = "cuda"
 ) -> Any:
     """A closure that runs one decode attention call (outputs written in place): ``kind``
-    "split" (vLLM 3D), "single" (vLLM 2D) or "frozen" (decode_attention_kernel); the
-    inputs depend only on rows, context and head, so the outputs are comparable."""
+    "split" (vLLM 3D), "single" (vLLM 2D), "frozen" (decode_attention_kernel, its own
+    split count) or "frozen:N" (N splits); the inputs depend only on rows, context and
+    head, so the outputs are comparable. K and V are views of one cache laid out as the
+    engine's TRITON_ATTN cache is ([blocks, KV heads, block, 2 x head], K then V per
+    token; run H's numbers were taken on separate [blocks, block, KV heads, head]
+    tensors)."""
     import torch
 
     dt = torch.bfloat16 if dev == "cuda" else torch.float32  # the interpreter: fp32
     blocks_per_req = -(-context // BLOCK)
     num_blocks = rows * blocks_per_req + 1
     g = torch.Generator(device=dev).manual_seed(rows * 7919 + context)
-    k = torch.randn(num_blocks, BLOCK, KV_HEADS, head, device=dev, dtype=dt, generator=g)
-    v = torch.randn(num_blocks, BLOCK, KV_HEADS, head, device=dev, dtype=dt, generator=g)
+    kv = torch.randn(num_blocks, KV_HEADS, BLOCK, 2 * head, device=dev, dtype=dt, generator=g)
+    k, v = kv.transpose(1, 2).split(head, dim=-1)
     q = torch.randn(rows, Q_HEADS, head, device=dev, dtype=dt, generator=g)
     out = torch.empty_like(q)
     perm = torch.randperm(num_blocks - 1, device=dev, generator=g).to(torch.int32) + 1
     block_table = perm[: rows * blocks_per_req].view(rows, blocks_per_req).contiguous()
     cu_q = torch.arange(rows + 1, device=dev, dtype=torch.int32)
     seq_lens = torch.full((rows,), context, device=dev, dtype=torch.int32)
-    if kind == "frozen":
+    if kind.startswith("frozen"):
         from vllm_frozen_kv_mtp.decode_attention_kernel import (
             DecodeAttentionWorkspace,
             choose_splits,
@@ -69,7 +73,12 @@ def attention_call(
             tile_keys,
         )
 
-        splits = choose_splits(rows, KV_HEADS, min(context, window or context), tile_keys(head))
+        forced = kind.partition(":")[2]
+        splits = (
+            int(forced)
+            if forced
+            else choose_splits(rows, KV_HEADS, min(context, window or context), tile_keys(head))
+        )
         ws = DecodeAttentionWorkspace.allocate(rows, Q_HEADS, splits, head, dev)
 
         def frozen(_: Any) -> Any:
@@ -112,7 +121,13 @@ def main() -> None:
     ap.add_argument("--contexts", default="128,256,512,2048")
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument(
+        "--frozen-splits",
+        default="1,2,4,8",
+        help="split counts to time the frozen kernel at, besides its own choice",
+    )
     args = ap.parse_args()
+    forced = [f"frozen:{n}" for n in args.frozen_splits.split(",") if n]
 
     import torch
     from heads_gpu import time_graph
@@ -123,11 +138,13 @@ def main() -> None:
             for context in (int(c) for c in args.contexts.split(",")):
                 for rows in (int(r) for r in args.rows.split(",")):
                     timed = {}
-                    for kind in ("split", "single", "frozen"):
+                    for kind in ("split", "single", "frozen", *forced):
                         call = attention_call(rows, context, head, window, kind)
                         timed[kind] = (*time_graph(call, None, args.replays), call)
                     single_out = timed["single"][1]
                     split_diff = float((timed["split"][1] - single_out).abs().max())
+                    sweep = {k.partition(":")[2]: round(timed[k][0], 2) for k in forced}
+                    best = min(sweep, key=lambda n: sweep[n]) if sweep else None
                     row = {
                         "layer": layer,
                         "context": context,
@@ -136,6 +153,8 @@ def main() -> None:
                         "single_us": round(timed["single"][0], 2),
                         "frozen_us": round(timed["frozen"][0], 2),
                         "frozen_splits": timed["frozen"][2].splits,
+                        "frozen_sweep_us": sweep,
+                        "frozen_best_splits": best,
                         "max_abs_diff": round(split_diff, 5),
                         "frozen_max_abs_diff": round(
                             float((timed["frozen"][1] - single_out).abs().max()), 5
@@ -145,13 +164,15 @@ def main() -> None:
                     rows_out.append(row)
     print(
         "| layer | context | rows | split-KV us | one pass us | frozen kernel us (splits) "
-        "| max abs diff split / frozen |"
+        "| frozen, best forced split us (splits) | max abs diff split / frozen |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows_out:
+        b = r["frozen_best_splits"]
+        best = f"{r['frozen_sweep_us'][b]} ({b})" if b else "-"
         print(
             f"| {r['layer']} | {r['context']} | {r['rows']} | {r['split_us']} | "
-            f"{r['single_us']} | {r['frozen_us']} ({r['frozen_splits']}) | "
+            f"{r['single_us']} | {r['frozen_us']} ({r['frozen_splits']}) | {best} | "
             f"{r['max_abs_diff']} / {r['frozen_max_abs_diff']} |"
         )
     if args.json:

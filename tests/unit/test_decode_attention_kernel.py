@@ -103,8 +103,8 @@ def check_bench_call() -> None:
     sys.path.insert(0, "bench")
     from attn_gpu import attention_call
 
-    for head, window in ((256, 24), (512, None)):
-        call = attention_call(3, 40, head, window, "frozen", dev="cpu")
+    for head, window, kind in ((256, 24, "frozen"), (512, None, "frozen"), (256, 24, "frozen:2")):
+        call = attention_call(3, 40, head, window, kind, dev="cpu")
         out = call(None)
         q, k, v, table, seq_lens = call.inputs
         want = decode_attention_reference(q, k, v, table, seq_lens, 1.0, window or 0)
