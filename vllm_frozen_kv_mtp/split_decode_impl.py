@@ -29,8 +29,11 @@ from vllm_frozen_kv_mtp.decode_attention_kernel import (
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
-#: forward calls that went to vLLM's kernel with metadata present (the GPU test asserts
-#: that a frozen round never does)
+#: forward calls that ran the split kernel, and calls with metadata that went to vLLM's
+#: kernels instead. Under CUDA graphs ``forward`` runs only at warm-up and capture, so
+#: the GPU test reads both over an engine's lifetime: calls > 0 and no fallback means the
+#: captured rounds decode with the split kernel.
+SPLIT_CALLS = 0
 FALLBACKS = 0
 
 
@@ -76,6 +79,8 @@ def _split_decode_class(base: type) -> type:
                         num_splits=splits,
                         workspace=self.frozen_workspace,
                     )
+                    global SPLIT_CALLS
+                    SPLIT_CALLS += 1
                     return output
             if attn_metadata is not None:
                 global FALLBACKS

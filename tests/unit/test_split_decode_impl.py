@@ -101,8 +101,13 @@ def check() -> None:
     impl.forward(None, q, None, None, kv_cache, None, out)  # profiling run
     impl.forward(None, q, None, None, kv_cache.to(torch.float16), metadata, out)  # cache dtype
     assert calls == [3, 3, 3]
+    from vllm_frozen_kv_mtp import split_decode_impl
+
+    counts = split_decode_impl.SPLIT_CALLS, split_decode_impl.FALLBACKS
     impl.forward(None, q, None, None, kv_cache, metadata, out)
     assert calls == [3, 3, 3] and out.abs().sum() > 0
+    assert counts == (2, 2), counts  # the two layers above; two fallbacks with metadata
+    assert split_decode_impl.SPLIT_CALLS == 3
     print("split decode impl matches the reference and falls back")
 
 
