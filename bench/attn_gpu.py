@@ -46,11 +46,11 @@ def attention_call(
 ) -> Any:
     """A closure that runs one decode attention call (outputs written in place): ``kind``
     "split" (vLLM 3D), "single" (vLLM 2D), "frozen" (decode_attention_kernel, its own
-    split count) or "frozen:N" (N splits); the inputs depend only on rows, context and
-    head, so the outputs are comparable. K and V are views of one cache laid out as the
-    engine's TRITON_ATTN cache is ([blocks, KV heads, block, 2 x head], K then V per
-    token; run H's numbers were taken on separate [blocks, block, KV heads, head]
-    tensors)."""
+    launch shape) or "frozen:S:T:W" (S splits, T-key tiles, W warps); the inputs depend
+    only on rows, context and head, so the outputs are comparable. K and V are views of
+    one cache laid out as the engine's TRITON_ATTN cache is ([blocks, KV heads, block,
+    2 x head], K then V per token; run H's numbers were taken on separate [blocks,
+    block, KV heads, head] tensors)."""
     import torch
 
     dt = torch.bfloat16 if dev == "cuda" else torch.float32  # the interpreter: fp32
@@ -73,18 +73,21 @@ def attention_call(
             tile_keys,
         )
 
-        forced = kind.partition(":")[2]
+        # "frozen[:splits[:tile[:warps]]]", an empty or "auto" field: the kernel's choice
+        fields = [f for f in kind.split(":")[1:]] + ["", "", ""]
+        tile = int(fields[1]) if fields[1] not in ("", "auto") else tile_keys(head)
+        warps = int(fields[2]) if fields[2] not in ("", "auto") else 4
         splits = (
-            int(forced)
-            if forced
-            else choose_splits(rows, KV_HEADS, min(context, window or context), tile_keys(head))
+            int(fields[0])
+            if fields[0] not in ("", "auto")
+            else choose_splits(rows, KV_HEADS, min(context, window or context), tile)
         )
         ws = DecodeAttentionWorkspace.allocate(rows, Q_HEADS, splits, head, dev)
 
         def frozen(_: Any) -> Any:
             decode_attention(
                 q, k, v, block_table, seq_lens, out, 1.0, window or 0,
-                num_splits=splits, workspace=ws,
+                num_splits=splits, workspace=ws, tile=tile, num_warps=warps,
             )  # fmt: skip
             return out
 
@@ -122,12 +125,13 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument(
-        "--frozen-splits",
-        default="1,2,4,8",
-        help="split counts to time the frozen kernel at, besides its own choice",
+        "--frozen-variants",
+        default="1,2,4,8,auto:32,auto:128,auto:auto:8",
+        help="launch shapes to time the frozen kernel at besides its own choice, each "
+        "splits[:tile[:warps]] ('auto' or empty: the kernel's choice)",
     )
     args = ap.parse_args()
-    forced = [f"frozen:{n}" for n in args.frozen_splits.split(",") if n]
+    forced = [f"frozen:{n}" for n in args.frozen_variants.split(",") if n]
 
     import torch
     from heads_gpu import time_graph
@@ -140,10 +144,21 @@ def main() -> None:
                     timed = {}
                     for kind in ("split", "single", "frozen", *forced):
                         call = attention_call(rows, context, head, window, kind)
-                        timed[kind] = (*time_graph(call, None, args.replays), call)
+                        try:
+                            timed[kind] = (*time_graph(call, None, args.replays), call)
+                        except Exception as e:  # a variant past the shared-memory limit
+                            if not kind.startswith("frozen:"):
+                                raise
+                            print(f"SKIP {layer} {kind}: {type(e).__name__}: {e}"[:300])
                     single_out = timed["single"][1]
                     split_diff = float((timed["split"][1] - single_out).abs().max())
-                    sweep = {k.partition(":")[2]: round(timed[k][0], 2) for k in forced}
+                    ran = [k for k in forced if k in timed]
+                    sweep = {k.partition(":")[2]: round(timed[k][0], 2) for k in ran}
+                    # every variant computes the same attention
+                    worst = max(
+                        (float((timed[k][1] - timed["frozen"][1]).abs().max()) for k in ran),
+                        default=0.0,
+                    )
                     best = min(sweep, key=lambda n: sweep[n]) if sweep else None
                     row = {
                         "layer": layer,
@@ -154,7 +169,8 @@ def main() -> None:
                         "frozen_us": round(timed["frozen"][0], 2),
                         "frozen_splits": timed["frozen"][2].splits,
                         "frozen_sweep_us": sweep,
-                        "frozen_best_splits": best,
+                        "frozen_best_variant": best,
+                        "frozen_variants_max_abs_diff": round(worst, 5),
                         "max_abs_diff": round(split_diff, 5),
                         "frozen_max_abs_diff": round(
                             float((timed["frozen"][1] - single_out).abs().max()), 5
@@ -164,11 +180,11 @@ def main() -> None:
                     rows_out.append(row)
     print(
         "| layer | context | rows | split-KV us | one pass us | frozen kernel us (splits) "
-        "| frozen, best forced split us (splits) | max abs diff split / frozen |"
+        "| frozen, best variant us (splits:tile:warps) | max abs diff split / frozen |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows_out:
-        b = r["frozen_best_splits"]
+        b = r["frozen_best_variant"]
         best = f"{r['frozen_sweep_us'][b]} ({b})" if b else "-"
         print(
             f"| {r['layer']} | {r['context']} | {r['rows']} | {r['split_us']} | "

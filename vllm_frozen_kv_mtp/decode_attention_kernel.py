@@ -307,19 +307,23 @@ def decode_attention(
     num_splits: int | None = None,
     workspace: DecodeAttentionWorkspace | None = None,
     max_context: int | None = None,
+    tile: int | None = None,
+    num_warps: int = 4,
 ) -> torch.Tensor:
     """Write each row's decode attention into ``out`` ([rows, q_heads, head]).
 
     ``num_splits`` defaults to ``choose_splits`` over ``max_context`` (the window when
-    set; else the block table's capacity). ``k_scale``/``v_scale`` are one-element
-    tensors for FP8 caches (vLLM's per-layer scales). Launch-only: no host sync, so it
-    can be captured in a CUDA graph with a preallocated ``workspace``."""
+    set; else the block table's capacity); ``tile`` (keys per step, a power of two >= 16)
+    to ``tile_keys``; ``num_warps`` per program (both for launch-shape sweeps).
+    ``k_scale``/``v_scale`` are one-element tensors for FP8 caches (vLLM's per-layer
+    scales). Launch-only: no host sync, so it can be captured in a CUDA graph with a
+    preallocated ``workspace``."""
     assert triton is not None, "decode_attention needs Triton"
     rows, q_heads, head = q.shape
     block_size, kv_heads = key_cache.shape[1], key_cache.shape[2]
     assert q_heads % kv_heads == 0 and key_cache.shape[3] == head
     group = q_heads // kv_heads
-    tile = tile_keys(head)
+    tile = tile or tile_keys(head)
     if num_splits is None:
         cap = max_context or block_table.shape[1] * block_size
         num_splits = choose_splits(rows, kv_heads, min(cap, window) if window > 0 else cap, tile)
@@ -373,7 +377,7 @@ def decode_attention(
         SCALED_KV=scaled,
         DIRECT=direct,
         IEEE=q.dtype == torch.float32,
-        num_warps=4,
+        num_warps=num_warps,
     )
     if not direct:
         _decode_merge_kernel[(rows, q_heads)](

@@ -65,6 +65,14 @@ def check() -> None:
             err = float((out - want).abs().max())
             assert err < 1e-4, (head, window, n, err)
             assert torch.equal(out[-1], torch.zeros_like(out[-1])), "padding row"
+    # other launch shapes (bench/attn_gpu.py sweeps them): tiles of one block and of two
+    q, k, v, table, seq_lens = make_case(256, 16, 9)
+    want = decode_attention_reference(q, k, v, table, seq_lens, 0.125, 40)
+    for tile, warps in ((16, 2), (32, 8)):
+        out = torch.full_like(q, float("nan"))
+        decode_attention(q, k, v, table, seq_lens, out, 0.125, 40, num_splits=2, tile=tile,
+                         num_warps=warps)  # fmt: skip
+        assert float((out - want).abs().max()) < 1e-4, (tile, warps)
     print("decode attention kernel matches the reference")
 
 
