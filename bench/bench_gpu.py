@@ -78,6 +78,7 @@ class DraftTimer:
 
         self.pairs: list[tuple[Any, Any]] = []
         self.host_s: list[float] = []
+        self.enter_s: list[float] = []  # perf_counter at each propose call's entry
         self.enabled = False
         original = drafter.propose
 
@@ -87,6 +88,7 @@ class DraftTimer:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             t = time.perf_counter()
+            self.enter_s.append(t)
             out = original(*args, **kwargs)
             self.host_s.append(time.perf_counter() - t)
             end.record()
@@ -98,6 +100,7 @@ class DraftTimer:
     def clear(self) -> None:
         self.pairs.clear()
         self.host_s.clear()
+        self.enter_s.clear()
 
     def median_host_ms(self) -> float | None:
         return 1000 * statistics.median(self.host_s) if self.host_s else None
@@ -109,6 +112,24 @@ class DraftTimer:
             return None
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in self.pairs)
+
+
+def ttft_host_timing(starts: list[float], times: list[float], timer: DraftTimer) -> dict[str, Any]:
+    """Medians over TTFT samples of when the first ``propose`` call began (ms after the
+    request was submitted) and how long it held the host, from the calls made inside
+    each sample's wall-clock window; empty without calls."""
+    enter, held = [], []
+    for t0, dt in zip(starts, times, strict=True):
+        calls = [i for i, e in enumerate(timer.enter_s) if t0 <= e <= t0 + dt]
+        if calls:
+            enter.append(1000 * (timer.enter_s[calls[0]] - t0))
+            held.append(1000 * timer.host_s[calls[0]])
+    if not enter:
+        return {}
+    return {
+        "ttft_propose_at_ms": round(statistics.median(enter), 3),
+        "ttft_propose_host_ms": round(statistics.median(held), 3),
+    }
 
 
 def parse_method(text: str) -> tuple[str, dict[str, Any]]:
@@ -267,7 +288,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     for n in ttft_lens:
         one = prompts(1, n)
         llm.generate(one, params(1), use_tqdm=False)  # warm-up at this length
-        times, engine_steps = [], []
+        times, engine_steps, starts = [], [], []
         if timer:  # the draft round(s) a 1-token request still pays after its prefill
             timer.clear()
             timer.enabled = True
@@ -275,6 +296,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             one = prompts(1, n)  # fresh tokens: no prefix-cache hit
             steps0 = counter.calls
             t = time.perf_counter()
+            starts.append(t)
             llm.generate(one, params(1), use_tqdm=False)
             times.append(time.perf_counter() - t)
             engine_steps.append(counter.calls - steps0)
@@ -282,6 +304,9 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             timer.enabled = False
         ttft_draft = timer.median_ms() if timer else None
         rounds = len(timer.pairs) / args.ttft_repeats if timer else None
+        # Host side of the first token's draft: when propose was entered (ms after the
+        # request was submitted) and how long the call held the host.
+        host = ttft_host_timing(starts, times, timer) if timer else {}
         row = dict(
             base,
             concurrency=1,
@@ -294,6 +319,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             ttft_draft_ms=None if ttft_draft is None else round(ttft_draft, 3),
             ttft_draft_rounds=rounds,
             ttft_engine_steps=engine_steps,
+            **host,
             **info,
         )
         print("ROW", json.dumps(row), flush=True)

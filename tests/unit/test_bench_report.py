@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from attn_gpu import recommend  # noqa: E402
-from bench_gpu import parse_method, report  # noqa: E402
+from bench_gpu import parse_method, report, ttft_host_timing  # noqa: E402
 from heads_gpu import launch_shapes, tile_shapes  # noqa: E402
 
 
@@ -106,3 +106,14 @@ def test_attention_recommendation_is_the_largest_batch_where_split_kv_wins() -> 
     ]
     assert recommend(rows) == 8
     assert recommend([row(1, 9.0, 5.0)]) == 0
+
+
+def test_ttft_host_timing_takes_each_samples_first_propose() -> None:
+    # Three TTFT samples submitted at t=10, 20 and 30 s; the second made no draft call,
+    # the third made two (the first counts); a call outside every window is ignored.
+    timer = argparse.Namespace(
+        enter_s=[5.0, 10.004, 30.002, 30.05], host_s=[9.0, 0.0003, 0.0005, 0.7]
+    )
+    got = ttft_host_timing([10.0, 20.0, 30.0], [0.1, 0.1, 0.1], timer)  # type: ignore[arg-type]
+    assert got == {"ttft_propose_at_ms": 3.0, "ttft_propose_host_ms": 0.4}
+    assert ttft_host_timing([1.0], [0.1], timer) == {}  # type: ignore[arg-type]
