@@ -115,9 +115,11 @@ attn() { # ATTN=1: draft-step attention alone, split-KV vs one pass (bench/attn_
 }
 
 profiles() { # PROFILES="method@concurrency ...": kernel breakdowns of a draft round
-  # (PROFILE_MODE=graphs: compiled, CUDA-graph replay; default eager)
+  # (PROFILE_MODE=graphs: compiled, CUDA-graph replay; default eager; PROFILE_MODEL=31B
+  # profiles that shape instead of E4B)
   for spec in ${PROFILES:-}; do
     CUDA_VISIBLE_DEVICES=$1 python bench/profile_draft_gpu.py --shapes $W/shapes \
+      --model "${PROFILE_MODEL:-E4B}" \
       --method "${spec%@*}" --concurrency "${spec#*@}" --mode "${PROFILE_MODE:-eager}" \
       >>$W/profile.log 2>&1
   done

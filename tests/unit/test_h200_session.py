@@ -34,6 +34,7 @@ PLAN_ENV = (
     "B31_METHODS",
     "H200_DIR",
     "H200_DRY_DIR",
+    "PROFILE_MODEL",
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -110,7 +111,10 @@ def test_e4b_args_runners_and_profiles() -> None:
     )
     assert steps(lines) == ["E4B v2", "E4B v1", "profile", "report"]
     assert all("--run I --profile-at 32,128" in line for line in lines[:2])
-    assert "--method frozen_kv_mtp --concurrency 128" in lines[2]
+    assert "--model E4B --method frozen_kv_mtp --concurrency 128" in lines[2]
+    lines = dry(E4B="0", TESTS="", HEADS="0", BENCH_31B="0", PROFILES="mtp@32", PROFILE_MODEL="31B")
+    assert steps(lines) == ["profile", "report"]
+    assert "--model 31B --method mtp --concurrency 32" in lines[0]
 
 
 @pytest.mark.parametrize(
