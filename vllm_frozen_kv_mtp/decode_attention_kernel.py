@@ -17,10 +17,11 @@ KV head scored together with one ``tl.dot``) and changes the launch shape:
 * partials only for real query heads (m, l, unnormalised acc), merged by a second small
   launch, or written out directly when there is one split.
 
-Opt-in and standalone for now: ``bench/attn_gpu.py`` times it against vLLM's two
-kernels at the drafter's shapes; it is wired into no engine yet. The torch reference
-(``decode_attention_reference``) is what the CPU tests compare it to, under Triton's
-interpreter.
+Opt-in: option ``draft_attention="split"`` runs the drafter's layers on it
+(split_decode_impl.py), and ``bench/attn_gpu.py`` times it against vLLM's two kernels
+at the drafter's shapes. Not yet measured on a GPU. The CPU tests compare it with the
+torch reference (``decode_attention_reference``) under Triton's interpreter and compile
+it for sm_90.
 """
 
 from __future__ import annotations
