@@ -126,7 +126,7 @@ def main() -> None:
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument(
         "--frozen-variants",
-        default="1,2,4,8,auto:32,auto:128,auto:auto:8",
+        default="1,2,4,8,auto:32,auto:64,auto:128,auto:auto:8,1:auto:8",
         help="launch shapes to time the frozen kernel at besides its own choice, each "
         "splits[:tile[:warps]] ('auto' or empty: the kernel's choice)",
     )
