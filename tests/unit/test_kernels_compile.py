@@ -1,5 +1,8 @@
 """The Model Runner V2 Triton kernels compile for the H200 (sm_90) without a GPU.
 
+Covered: the split decode attention (``decode_attention_kernel``), the fused and tiled
+centroid heads (``centroid_kernel``) and the seed-row loader (``seed_rows``).
+
 The interpreter tests check what the kernels compute, but the interpreter accepts code
 the compiler rejects (a variable whose type changes inside a runtime ``if``, say), and
 device time is scarce. Triton's CUDA backend lowers a kernel through PTX to a cubin with
@@ -83,3 +86,65 @@ def test_decode_attention_kernels_compile_for_sm90() -> None:
     code = "from tests.unit.test_kernels_compile import check_decode_attention as c; c()"
     out = run_in_triton_interpreter(code, interpret=False)
     assert "decode attention kernels compile for sm_90" in out
+
+
+def _types(kernel: Any, pointer: str = "*i64", **override: str) -> dict[str, str]:
+    """Every runtime parameter of ``kernel``: ``pointer`` for ``*_ptr``, i32 otherwise,
+    then ``override``."""
+    types = {
+        name: pointer if name.endswith("_ptr") else "i32"
+        for name in inspect.signature(kernel.fn).parameters
+    }
+    types.update(override)
+    return types
+
+
+def check_centroid_and_seed_kernels() -> None:
+    """Run inside the subprocess: the E4B head's shapes (hidden 256, 128 tokens per
+    centroid, top 32 of 2048 centroids) in bf16, the tiled kernel in fp32 too."""
+    from vllm_frozen_kv_mtp import centroid_kernel as ck
+    from vllm_frozen_kv_mtp.seed_rows import _load_seed_kernel
+
+    head = dict(hidden_ptr="*bf16", weight_ptr="*bf16", part_score_ptr="*fp32")
+    compile_sm90(
+        ck._centroid_best_kernel,
+        _types(ck._centroid_best_kernel, **head),
+        dict(PER=128, BLOCK_D=ck.BEST_KERNEL_BLOCK_D, BIG=ck.BIG_ID),
+    )
+    for dtype in ("bf16", "fp32"):
+        compile_sm90(
+            ck._centroid_tile_kernel,
+            _types(ck._centroid_tile_kernel, **{**head, "hidden_ptr": f"*{dtype}",
+                                                "weight_ptr": f"*{dtype}"}),
+            dict(PER=128, BLOCK_M=ck.TILE_BLOCK_M, BLOCK_K=32, BLOCK_D=ck.TILE_BLOCK_D,
+                 IEEE=dtype == "fp32", BIG=ck.BIG_ID),
+        )  # fmt: skip
+    compile_sm90(
+        ck._centroid_topk_kernel,
+        _types(ck._centroid_topk_kernel, scores_ptr="*bf16"),
+        dict(K=32, K_POW2=32, BLOCK_C=2048),
+    )
+    compile_sm90(
+        ck._row_best_kernel,
+        _types(ck._row_best_kernel, part_score_ptr="*fp32"),
+        dict(BLOCK_K=32, BIG=ck.BIG_ID),
+    )
+    seed = _types(
+        _load_seed_kernel,
+        "*i32",
+        out_positions_ptr="*i64",
+        positions_ptr="*i64",
+        out_hidden_ptr="*bf16",
+        hidden_ptr="*bf16",
+        out_sample_src_ptr="*i64",
+        idx_mapping_ptr="*i64",
+        last_sampled_ptr="*i64",
+    )
+    compile_sm90(_load_seed_kernel, seed, dict(BLOCK_SIZE=1024))
+    print("centroid and seed-row kernels compile for sm_90")
+
+
+def test_centroid_and_seed_kernels_compile_for_sm90() -> None:
+    code = "from tests.unit.test_kernels_compile import check_centroid_and_seed_kernels as c; c()"
+    out = run_in_triton_interpreter(code, interpret=False)
+    assert "centroid and seed-row kernels compile for sm_90" in out
