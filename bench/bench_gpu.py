@@ -501,6 +501,22 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
                 + [draft(g["mtp"]), draft(g["frozen_kv_mtp"])]
             )
             out.append("| " + " | ".join(cells) + " |")
+        timed = [r for r in ttft if r.get("ttft_propose_at_ms") is not None]
+        if timed:
+            out += [
+                "",
+                "Host side of the first token's draft call (medians over the TTFT samples):",
+                "",
+                "| run | model | runner | prompt | method | TTFT ms | propose began at ms | "
+                "propose held the host ms |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            for r in sorted(timed, key=lambda r: (r.get("run", ""), r["model"], r["prompt_len"])):
+                out.append(
+                    f"| {r.get('run') or '-'} | {r['model']} | {r['runner']} | "
+                    f"{r['prompt_len']} | {r['method']} | {r['ttft_ms']:.2f} | "
+                    f"{r['ttft_propose_at_ms']:.2f} | {r['ttft_propose_host_ms']:.2f} |"
+                )
     return "\n".join(out)
 
 

@@ -117,3 +117,25 @@ def test_ttft_host_timing_takes_each_samples_first_propose() -> None:
     got = ttft_host_timing([10.0, 20.0, 30.0], [0.1, 0.1, 0.1], timer)  # type: ignore[arg-type]
     assert got == {"ttft_propose_at_ms": 3.0, "ttft_propose_host_ms": 0.4}
     assert ttft_host_timing([1.0], [0.1], timer) == {}  # type: ignore[arg-type]
+
+
+def test_report_lists_the_first_draft_calls_host_side() -> None:
+    def ttft_row(method: str, ttft: float, at: float | None, held: float | None) -> Any:
+        r = {**_row(method, 0.0, 0.0), "step_ms": None, "prompt_len": 1024, "ttft_ms": ttft}
+        r.pop("profile", None)
+        if at is not None:
+            r.update(ttft_propose_at_ms=at, ttft_propose_host_ms=held)
+        return r
+
+    text = report(
+        [
+            ttft_row("none", 108.6, None, None),
+            ttft_row("mtp", 109.6, 2.5, 0.3),
+            ttft_row("frozen_kv_mtp", 112.5, 2.4, 3.1),
+        ]
+    )
+    host_rows = [r for r in _cells(text, "T") if len(r) == 8]
+    assert [r[4:] for r in host_rows] == [
+        ["mtp", "109.60", "2.50", "0.30"],
+        ["frozen_kv_mtp", "112.50", "2.40", "3.10"],
+    ]
