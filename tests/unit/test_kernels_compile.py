@@ -5,9 +5,10 @@ centroid heads (``centroid_kernel``) and the seed-row loader (``seed_rows``).
 
 The interpreter tests check what the kernels compute, but they run in fp32 (the
 interpreter's bf16 ``tl.dot`` is wrong), so bf16-only compile errors (a bf16 x fp32
-``tl.dot``, say) would first show on the GPU, where device time is scarce. Triton's CUDA backend lowers a kernel through PTX to a cubin with
-its bundled ``ptxas`` and no device, so each kernel is compiled here for
-``GPUTarget("cuda", 90, 32)`` at the launch shapes the engine uses.
+``tl.dot``, say) would first show on the GPU, where device time is scarce. Triton's
+CUDA backend lowers a kernel through PTX to a cubin with its bundled ``ptxas`` and no
+device, so each kernel is compiled here for ``GPUTarget("cuda", 90, 32)`` at the launch
+shapes the engine uses.
 """
 
 from __future__ import annotations
