@@ -73,10 +73,12 @@ def attention_call(
             tile_keys,
         )
 
-        # "frozen[:splits[:tile[:warps]]]", an empty or "auto" field: the kernel's choice
-        fields = [f for f in kind.split(":")[1:]] + ["", "", ""]
+        # "frozen[:splits[:tile[:warps[:fma]]]]", an empty or "auto" field: the kernel's
+        # choice; "fma" scores on CUDA cores instead of tl.dot
+        fields = [f for f in kind.split(":")[1:]] + ["", "", "", ""]
         tile = int(fields[1]) if fields[1] not in ("", "auto") else tile_keys(head)
         warps = int(fields[2]) if fields[2] not in ("", "auto") else 4
+        mma = fields[3] != "fma"
         splits = (
             int(fields[0])
             if fields[0] not in ("", "auto")
@@ -87,7 +89,7 @@ def attention_call(
         def frozen(_: Any) -> Any:
             decode_attention(
                 q, k, v, block_table, seq_lens, out, 1.0, window or 0,
-                num_splits=splits, workspace=ws, tile=tile, num_warps=warps,
+                num_splits=splits, workspace=ws, tile=tile, num_warps=warps, mma=mma,
             )  # fmt: skip
             return out
 
@@ -126,9 +128,10 @@ def main() -> None:
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument(
         "--frozen-variants",
-        default="1,2,4,8,auto:32,auto:64,auto:128,auto:auto:8,1:auto:8",
+        default="1,2,4,8,auto:32,auto:64,auto:128,auto:auto:8,1:auto:8,auto:16:4:fma,auto:32:8:fma",
         help="launch shapes to time the frozen kernel at besides its own choice, each "
-        "splits[:tile[:warps]] ('auto' or empty: the kernel's choice)",
+        "splits[:tile[:warps[:fma]]] ('auto' or empty: the kernel's choice; fma: CUDA "
+        "cores instead of tl.dot)",
     )
     args = ap.parse_args()
     forced = [f"frozen:{n}" for n in args.frozen_variants.split(",") if n]

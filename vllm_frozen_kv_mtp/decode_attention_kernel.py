@@ -181,6 +181,7 @@ if triton is not None:
         SCALED_KV: tl.constexpr,
         DIRECT: tl.constexpr,
         IEEE: tl.constexpr,
+        USE_DOT: tl.constexpr,
     ):
         row = tl.program_id(0)
         kv_head = tl.program_id(1)
@@ -221,7 +222,9 @@ if triton is not None:
             kv_mask = t_mask[:, None] & d_mask[None, :]
             k = _kv_tile(k_ptr, k_stride_block, k_stride_tok, k_stride_head, block, slot,
                          kv_head, d, kv_mask, k_scale, q.dtype, SCALED_KV)  # fmt: skip
-            if IEEE:  # fp32 models: no TF32 rounding of the inputs
+            if not USE_DOT:  # CUDA cores, fp32: [group, tile, head] products, no MMA
+                s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], 2) * scale
+            elif IEEE:  # fp32 models: no TF32 rounding of the inputs
                 s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
             else:
                 s = tl.dot(q, tl.trans(k)) * scale
@@ -234,7 +237,9 @@ if triton is not None:
             l_sum = l_sum * alpha + tl.sum(p, axis=1)
             v = _kv_tile(v_ptr, v_stride_block, v_stride_tok, v_stride_head, block, slot,
                          kv_head, d, kv_mask, v_scale, q.dtype, SCALED_KV)  # fmt: skip
-            if IEEE:
+            if not USE_DOT:
+                acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], 1)
+            elif IEEE:
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
             else:
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
@@ -310,12 +315,14 @@ def decode_attention(
     max_context: int | None = None,
     tile: int | None = None,
     num_warps: int = 4,
+    mma: bool = True,
 ) -> torch.Tensor:
     """Write each row's decode attention into ``out`` ([rows, q_heads, head]).
 
     ``num_splits`` defaults to ``choose_splits`` over ``max_context`` (the window when
     set; else the block table's capacity); ``tile`` (keys per step, a power of two >= 16)
-    to ``tile_keys``; ``num_warps`` per program (both for launch-shape sweeps).
+    to ``tile_keys``; ``num_warps`` per program; ``mma`` false scores on CUDA cores in
+    fp32 instead of ``tl.dot`` over 16 padded rows (all three for launch-shape sweeps).
     ``k_scale``/``v_scale`` are one-element tensors for FP8 caches (vLLM's per-layer
     scales). Launch-only: no host sync, so it can be captured in a CUDA graph with a
     preallocated ``workspace``."""
@@ -368,7 +375,8 @@ def decode_attention(
         window,
         num_splits,
         GROUP=group,
-        BLOCK_G=max(16, triton.next_power_of_2(group)),
+        # tl.dot needs 16 rows (the group's query heads, padded); CUDA cores need none
+        BLOCK_G=max(16 if mma else 1, triton.next_power_of_2(group)),
         HEAD=head,
         HEAD_PAD=head_pad,
         BLOCK_SIZE=block_size,
@@ -378,6 +386,7 @@ def decode_attention(
         SCALED_KV=scaled,
         DIRECT=direct,
         IEEE=q.dtype == torch.float32,
+        USE_DOT=mma,
         num_warps=num_warps,
     )
     if not direct:

@@ -68,11 +68,11 @@ def check() -> None:
     # other launch shapes (bench/attn_gpu.py sweeps them): tiles of one block and of two
     q, k, v, table, seq_lens = make_case(256, 16, 9)
     want = decode_attention_reference(q, k, v, table, seq_lens, 0.125, 40)
-    for tile, warps in ((16, 2), (32, 8)):
+    for tile, warps, mma in ((16, 2, True), (32, 8, True), (32, 8, False), (16, 4, False)):
         out = torch.full_like(q, float("nan"))
         decode_attention(q, k, v, table, seq_lens, out, 0.125, 40, num_splits=2, tile=tile,
-                         num_warps=warps)  # fmt: skip
-        assert float((out - want).abs().max()) < 1e-4, (tile, warps)
+                         num_warps=warps, mma=mma)  # fmt: skip
+        assert float((out - want).abs().max()) < 1e-4, (tile, warps, mma)
     print("decode attention kernel matches the reference")
 
 

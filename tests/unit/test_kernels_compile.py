@@ -60,18 +60,20 @@ def check_decode_attention() -> None:
         tile_keys,
     )
 
-    variants = [  # (dtype, head, direct, fp8 KV, softcap)
-        ("bf16", 256, False, False, False),
-        ("bf16", 512, True, False, False),
-        ("bf16", 512, False, False, True),
-        ("bf16", 256, False, True, False),
-        ("fp32", 64, False, False, False),
+    variants = [  # (dtype, head, direct, fp8 KV, softcap, MMA)
+        ("bf16", 256, False, False, False, True),
+        ("bf16", 512, True, False, False, True),
+        ("bf16", 512, False, False, True, True),
+        ("bf16", 256, False, True, False, True),
+        ("fp32", 64, False, False, False, True),
+        ("bf16", 256, False, False, False, False),
+        ("bf16", 512, True, False, False, False),
     ]
-    for dtype, head, direct, fp8, softcap in variants:
+    for dtype, head, direct, fp8, softcap, mma in variants:
         consts = dict(
-            GROUP=2, BLOCK_G=16, HEAD=head, HEAD_PAD=head, BLOCK_SIZE=16,
-            TILE=tile_keys(head), SPLITS_PAD=4, USE_SOFTCAP=softcap, SCALED_KV=fp8,
-            DIRECT=direct, IEEE=dtype == "fp32",
+            GROUP=2, BLOCK_G=16 if mma else 2, HEAD=head, HEAD_PAD=head, BLOCK_SIZE=16,
+            TILE=tile_keys(head) if mma else 16, SPLITS_PAD=4, USE_SOFTCAP=softcap,
+            SCALED_KV=fp8, DIRECT=direct, IEEE=dtype == "fp32", USE_DOT=mma,
         )  # fmt: skip
         compile_sm90(_decode_split_kernel, _split_types(dtype, "fp8e4nv" if fp8 else dtype), consts)
     merge_types = {
