@@ -7,9 +7,8 @@ whose ``forward`` calls the split decode kernel when the batch is one query row 
 request over an unquantised cache, and vLLM's own ``forward`` otherwise (profiling
 runs, FP8 or per-token-head quantised KV, sinks, ALiBi, multimodal prefix ranges, output
 quantisation, a batch larger than the workspace). The target's layers are never
-touched. All drafter layers share one
-workspace, sized at load for ``max_num_reqs`` rows, so the calls can be captured in the
-round's CUDA graph.
+touched. All drafter layers share one workspace, sized at load for ``max_num_reqs``
+rows, so the calls can be captured in the round's CUDA graph.
 """
 
 from __future__ import annotations
