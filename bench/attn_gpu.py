@@ -1,8 +1,8 @@
 """Draft-step attention on CUDA, alone (no engine): vLLM's Triton ``unified_attention``
 at the Gemma 4 E4B assistant's shapes, split-KV ("3D", 16 segments + reduce) against one
 pass per (request, KV head) ("2D"), and this project's split decode kernel
-(``vllm_frozen_kv_mtp.decode_attention_kernel``, not yet wired into the engine), for one
-decode query per request.
+(``vllm_frozen_kv_mtp.decode_attention_kernel``, what ``draft_attention="split"`` runs),
+for one decode query per request.
 
     python bench/attn_gpu.py --rows 1,8,16,32,64,128 --contexts 128,256,512,2048 \\
         --json bench/results/h200_attn.json
@@ -68,8 +68,8 @@ def attention_call(
     if kind.startswith("frozen"):
         from vllm_frozen_kv_mtp.decode_attention_kernel import (
             DecodeAttentionWorkspace,
-            choose_splits,
             decode_attention,
+            default_splits,
             tile_keys,
         )
 
@@ -82,7 +82,7 @@ def attention_call(
         splits = (
             int(fields[0])
             if fields[0] not in ("", "auto")
-            else choose_splits(rows, KV_HEADS, min(context, window or context), tile)
+            else default_splits(rows, KV_HEADS, head, window or 0, context, tile)
         )
         ws = DecodeAttentionWorkspace.allocate(rows, Q_HEADS, splits, head, dev)
 

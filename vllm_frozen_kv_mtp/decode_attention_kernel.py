@@ -56,6 +56,23 @@ def choose_splits(rows: int, kv_heads: int, max_context: int, tile: int) -> int:
     return max(1, min(want, tiles, MAX_SPLITS))
 
 
+def default_splits(
+    rows: int,
+    kv_heads: int,
+    head_size: int,
+    window: int = 0,
+    max_context: int | None = None,
+    tile: int | None = None,
+) -> int:
+    """The split count ``decode_attention`` takes when none is given: ``choose_splits``
+    over the keys a row can read (the window, when set, within ``max_context``; no bound
+    given: any length). Fixed per row count, so per CUDA-graph bucket; each split's
+    share of the keys is computed on the device."""
+    cap = max_context if max_context is not None else 1 << 30
+    keys = min(cap, window) if window > 0 else cap
+    return choose_splits(rows, kv_heads, keys, tile or tile_keys(head_size))
+
+
 @dataclass
 class DecodeAttentionWorkspace:
     """Flat fp32 storage for the split launch's partial results, laid out per call as
@@ -319,8 +336,8 @@ def decode_attention(
 ) -> torch.Tensor:
     """Write each row's decode attention into ``out`` ([rows, q_heads, head]).
 
-    ``num_splits`` defaults to ``choose_splits`` over ``max_context`` (the window when
-    set; else the block table's capacity); ``tile`` (keys per step, a power of two >= 16)
+    ``num_splits`` defaults to ``default_splits`` with ``max_context`` (else the block
+    table's capacity); ``tile`` (keys per step, a power of two >= 16)
     to ``tile_keys``; ``num_warps`` per program; ``mma`` false scores on CUDA cores in
     fp32 instead of ``tl.dot`` over 16 padded rows (all three for launch-shape sweeps).
     ``k_scale``/``v_scale`` are one-element tensors for FP8 caches (vLLM's per-layer
@@ -334,7 +351,7 @@ def decode_attention(
     tile = tile or tile_keys(head)
     if num_splits is None:
         cap = max_context or block_table.shape[1] * block_size
-        num_splits = choose_splits(rows, kv_heads, min(cap, window) if window > 0 else cap, tile)
+        num_splits = default_splits(rows, kv_heads, head, window, cap, tile)
     splits_pad = _pow2(num_splits)
     head_pad = _pow2(head)
     direct = num_splits == 1
@@ -342,11 +359,10 @@ def decode_attention(
         workspace = DecodeAttentionWorkspace.allocate(rows, q_heads, num_splits, head, q.device)
     scaled = k_scale is not None
     dummy = seq_lens  # any tensor: unused pointers
-    ws_acc = workspace.acc if workspace is not None else dummy
-    ws_m = workspace.m if workspace is not None else dummy
-    ws_l = workspace.l if workspace is not None else dummy
+    ws_acc, ws_m, ws_l = (dummy, dummy, dummy)
     if workspace is not None:
         assert workspace.fits(rows, q_heads, num_splits, head), "workspace too small"
+        ws_acc, ws_m, ws_l = workspace.acc, workspace.m, workspace.l
     _decode_split_kernel[(rows, kv_heads, num_splits)](
         q,
         q.stride(0),

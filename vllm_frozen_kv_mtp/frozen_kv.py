@@ -144,10 +144,9 @@ def kv_checksum(kv_caches: Iterable[Any]) -> str:
 
 def target_kv_checksum(vllm_config: Any) -> str:
     """:func:`kv_checksum` over every attention layer's KV cache (both runners)."""
-    from vllm.config import get_layers_from_vllm_config
-    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm_frozen_kv_mtp.kv_readonly import attention_layers
 
-    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+    layers = attention_layers(vllm_config)
     return kv_checksum(getattr(layer, "kv_cache", None) for layer in layers.values())
 
 

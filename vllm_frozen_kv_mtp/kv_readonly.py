@@ -18,12 +18,17 @@ def _attn_shape(layer: Any) -> tuple[Any, Any, Any]:
     return getattr(layer, "num_kv_heads", None), getattr(layer, "head_size", None), window
 
 
-def check_readonly_wiring(vllm_config: Any, draft_layer_names: Iterable[str]) -> None:
-    """Every drafter attention layer shares a target layer of the same type and head size."""
+def attention_layers(vllm_config: Any) -> dict[str, Any]:
+    """Every attention layer of the engine (target and drafter), by name."""
     from vllm.config import get_layers_from_vllm_config
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 
-    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+    return get_layers_from_vllm_config(vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+
+
+def check_readonly_wiring(vllm_config: Any, draft_layer_names: Iterable[str]) -> None:
+    """Every drafter attention layer shares a target layer of the same type and head size."""
+    layers = attention_layers(vllm_config)
     names = sorted(draft_layer_names)
     if not names:
         raise ReadOnlyKVError("frozen_kv_mtp: the drafter has no attention layers")
@@ -64,11 +69,9 @@ def copy_target_kv_scales(vllm_config: Any, draft_layer_names: Iterable[str]) ->
     target's calibrated FP8 cache (vllm-project/vllm#41789). Model Runner V2
     already copies them; we reuse its helper rather than a copy of it.
     """
-    from vllm.config import get_layers_from_vllm_config
-    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import _copy_target_kv_scales
 
-    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+    layers = attention_layers(vllm_config)
     for name in draft_layer_names:
         layer = layers[name]
         target = layers[layer.kv_sharing_target_layer_name]

@@ -64,24 +64,23 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         )
         self._round_attn_metadata: tuple[list[object], dict[str, object]] | None = None
         logger.info("frozen_kv_mtp: V1 proposer active (one seed row per request)")
-        if options.centroid_head not in ("auto", "upstream"):
-            logger.warning(
-                "frozen_kv_mtp: centroid_head=%r applies to Model Runner V2 only; the V1 "
-                "runner already drafts with a sparse centroid argmax",
-                options.centroid_head,
-            )
-        if options.sliding_split_kv_max_rows != VLLM_DEFAULT:
-            logger.warning(
-                "frozen_kv_mtp: sliding_split_kv_max_rows=%d applies to Model Runner V2 "
-                "only; the V1 runner keeps vLLM's split-KV choice",
-                options.sliding_split_kv_max_rows,
-            )
-        if options.draft_attention != "vllm":
-            logger.warning(
-                "frozen_kv_mtp: draft_attention=%r applies to Model Runner V2 only; the V1 "
-                "runner keeps vLLM's attention kernels",
-                options.draft_attention,
-            )
+        # Options that tune Model Runner V2 only: (name, set by the user, what V1 does)
+        v2_only = (
+            ("centroid_head", options.centroid_head not in ("auto", "upstream"),
+             "already drafts with a sparse centroid argmax"),
+            ("sliding_split_kv_max_rows", options.sliding_split_kv_max_rows != VLLM_DEFAULT,
+             "keeps vLLM's split-KV choice"),
+            ("draft_attention", options.draft_attention != "vllm",
+             "keeps vLLM's attention kernels"),
+        )  # fmt: skip
+        for name, is_set, v1_does in v2_only:
+            if is_set:
+                logger.warning(
+                    "frozen_kv_mtp: %s=%r applies to Model Runner V2 only; the V1 runner %s",
+                    name,
+                    getattr(options, name),
+                    v1_does,
+                )
 
     # ---- load-time guarantees -------------------------------------------------
 

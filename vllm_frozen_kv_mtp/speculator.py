@@ -29,7 +29,11 @@ from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.draft_attention import set_sliding_split_kv_max_rows
 from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
-from vllm_frozen_kv_mtp.kv_readonly import check_drafter_owns_no_kv, check_readonly_wiring
+from vllm_frozen_kv_mtp.kv_readonly import (
+    attention_layers,
+    check_drafter_owns_no_kv,
+    check_readonly_wiring,
+)
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 from vllm_frozen_kv_mtp.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
 
@@ -60,12 +64,9 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
             self._install_split_decode_attention()
 
     def _install_split_decode_attention(self) -> None:
-        from vllm.config import get_layers_from_vllm_config
-        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
-
         from vllm_frozen_kv_mtp.split_decode_impl import install_split_decode_attention
 
-        layers = get_layers_from_vllm_config(self.vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+        layers = attention_layers(self.vllm_config)
         names = set(self.draft_attn_layer_names)
         switched = install_split_decode_attention(
             {n: layer for n, layer in layers.items() if n in names},

@@ -21,9 +21,8 @@ import torch
 from vllm_frozen_kv_mtp.decode_attention_kernel import (
     MAX_SPLITS,
     DecodeAttentionWorkspace,
-    choose_splits,
     decode_attention,
-    tile_keys,
+    default_splits,
 )
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
@@ -61,7 +60,7 @@ def _split_decode_class(base: type) -> type:
                 n = attn_metadata.num_actual_tokens
                 left = self.sliding_window[0]
                 window = left + 1 if left >= 0 else 0
-                splits = splits_for(n, self.num_kv_heads, window, self.head_size)
+                splits = default_splits(n, self.num_kv_heads, self.head_size, window)
                 if key_cache.dtype == query.dtype and self.frozen_workspace.fits(
                     n, self.num_heads, splits, self.head_size
                 ):
@@ -107,12 +106,6 @@ def split_decode_class(base: type) -> type:
     if base not in _CLASSES:
         _CLASSES[base] = _split_decode_class(base)
     return _CLASSES[base]
-
-
-def splits_for(rows: int, kv_heads: int, window: int, head_size: int) -> int:
-    """Context splits for a batch of ``rows`` rows: fixed per row count (so per CUDA-graph
-    bucket); each split's share of the keys is computed on the device."""
-    return choose_splits(rows, kv_heads, window if window > 0 else 1 << 30, tile_keys(head_size))
 
 
 def split_decode_applies(

@@ -264,10 +264,9 @@ def test_v2_split_decode_attention_keeps_output_and_drafts(runner: str) -> None:
     before = split_decode_impl.FALLBACKS, split_decode_impl.SPLIT_CALLS
     with engine(target, spec, **kw) as llm:
         d = drafter(llm)
-        from vllm.config import get_layers_from_vllm_config
-        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+        from vllm_frozen_kv_mtp.kv_readonly import attention_layers
 
-        layers = get_layers_from_vllm_config(d.vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+        layers = attention_layers(d.vllm_config)
         kinds = {type(layers[n].impl).__name__ for n in d.draft_attn_layer_names}
         target_kinds = {
             type(layer.impl).__name__

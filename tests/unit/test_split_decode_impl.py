@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from tests.unit.test_seed_rows import run_in_triton_interpreter
-from vllm_frozen_kv_mtp.split_decode_impl import split_decode_applies, splits_for
+from vllm_frozen_kv_mtp.decode_attention_kernel import default_splits
+from vllm_frozen_kv_mtp.split_decode_impl import split_decode_applies
 
 HEAD, Q_HEADS, KV_HEADS, BLOCK = 256, 4, 2, 16
 SEQ_LENS = (5, 40, 33)
@@ -148,7 +149,7 @@ def test_what_the_split_kernel_takes(change: dict[str, Any], applies: bool) -> N
 def test_splits_are_fixed_per_row_count() -> None:
     # the full layer (window 0) may split up to MAX_SPLITS; a 512-key window at 64-key
     # tiles, at most 8
-    assert splits_for(1, 2, 0, 512) == 16
-    assert splits_for(1, 2, 512, 256) == 8
-    assert splits_for(128, 2, 512, 256) == 2
-    assert splits_for(256, 2, 0, 512) == 1
+    assert default_splits(1, 2, 512, 0) == 16
+    assert default_splits(1, 2, 256, 512) == 8
+    assert default_splits(128, 2, 256, 512) == 2
+    assert default_splits(256, 2, 512, 0) == 1
