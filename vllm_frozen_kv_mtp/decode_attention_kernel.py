@@ -19,9 +19,11 @@ KV head scored together with one ``tl.dot``) and changes the launch shape:
 
 Opt-in: option ``draft_attention="split"`` runs the drafter's layers on it
 (split_decode_impl.py), and ``bench/attn_gpu.py`` times it against vLLM's two kernels
-at the drafter's shapes. Not yet measured on a GPU. The CPU tests compare it with the
-torch reference (``decode_attention_reference``) under Triton's interpreter and compile
-it for sm_90.
+at the drafter's shapes. On the H200 (run J, BENCHMARKS.md) it beat vLLM's choice of
+kernel at all but 5 of 48 shapes (the exceptions: single rows over one or two tiles, and 128
+rows over 2048 keys of the full layer, by 4%). The CPU tests compare it with the torch
+reference (``decode_attention_reference``) under Triton's interpreter and compile it for
+sm_90.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ except ImportError:  # pragma: no cover - depends on the install
 
 #: keys per tile by head size: two 64 x 256 bf16 tiles (K and V) are 64 KB
 TILE_KEYS = {256: 64, 512: 32}
-#: programs the split aims for: a few per SM on an H200 (132 SMs)
-TARGET_PROGRAMS = 512
+#: programs the split aims for, about two per SM on an H200 (132 SMs). Run J's sweep
+#: (bench/results/h200_attn.json) put 256 ahead of 512 at every batch of 16 rows or more,
+#: by up to 30% at 128 rows, where one split (no merge launch) wins
+TARGET_PROGRAMS = 256
 MAX_SPLITS = 16
 
 

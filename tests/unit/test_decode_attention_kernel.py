@@ -97,8 +97,10 @@ def test_reference_is_a_windowed_softmax() -> None:
 
 
 def test_splits_fill_the_gpu_within_bounds() -> None:
-    assert choose_splits(128, 2, 256, 64) == 2  # 256 (row, KV head) pairs: 2 x 256 = 512
-    assert choose_splits(32, 2, 4096, 64) == 8
+    # 256 programs: 128 rows x 2 KV heads fill them without a split (no merge launch)
+    assert choose_splits(128, 2, 256, 64) == 1
+    assert choose_splits(64, 2, 256, 64) == 2
+    assert choose_splits(32, 2, 4096, 64) == 4
     assert choose_splits(1, 2, 100_000, 64) == MAX_SPLITS
     assert choose_splits(1, 2, 40, 64) == 1  # one tile of keys: no split
     assert choose_splits(512, 2, 512, 32) == 1

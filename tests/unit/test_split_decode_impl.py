@@ -151,5 +151,6 @@ def test_splits_are_fixed_per_row_count() -> None:
     # tiles, at most 8
     assert default_splits(1, 2, 512, 0) == 16
     assert default_splits(1, 2, 256, 512) == 8
-    assert default_splits(128, 2, 256, 512) == 2
+    assert default_splits(64, 2, 256, 512) == 2
+    assert default_splits(128, 2, 256, 512) == 1
     assert default_splits(256, 2, 512, 0) == 1
