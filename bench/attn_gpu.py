@@ -1,14 +1,17 @@
 """Draft-step attention on CUDA, alone (no engine): vLLM's Triton ``unified_attention``
-at the Gemma 4 E4B assistant's shapes, split-KV ("3D", 16 segments + reduce) against one
+at a Gemma 4 assistant's shapes (E4B or 31B), split-KV ("3D", 16 segments + reduce) against one
 pass per (request, KV head) ("2D"), and this project's split decode kernel
 (``vllm_frozen_kv_mtp.decode_attention_kernel``, what ``draft_attention="split"`` runs),
 for one decode query per request.
 
     python bench/attn_gpu.py --rows 1,8,16,32,64,128 --contexts 128,256,512,2048 \\
         --json bench/results/h200_attn.json
+    python bench/attn_gpu.py --shape 31B --json bench/results/h200_attn_31B.json
 
-Layers: ``sliding`` (head size 256, window 512) and ``full`` (head size 512), 4 query
-heads over 2 KV heads, bf16, block size 16, random KV in distinct blocks per request.
+Layers (``SHAPES``): ``sliding`` (head size 256, window 512 for E4B, 1024 for 31B) and
+``full`` (head size 512); E4B: 4 query heads over 2 KV heads in both; 31B: 32 query heads
+over 16 KV heads (sliding) and over 4 (full). bf16, block size 16, random KV in distinct
+blocks per request.
 Each call is captured in a CUDA graph and replayed (median us per call); the outputs
 are compared with the one-pass kernel's. The last line recommends
 ``sliding_split_kv_max_rows``: the largest row count at which split-KV was faster for
@@ -26,8 +29,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-LAYERS = {"sliding": (256, 512), "full": (512, None)}  # head size, window
-Q_HEADS, KV_HEADS, BLOCK, SEGMENTS = 4, 2, 16, 16
+#: shape -> layer -> (head size, window, query heads, KV heads), from fixtures/shapes.py
+SHAPES = {
+    "E4B": {"sliding": (256, 512, 4, 2), "full": (512, None, 4, 2)},
+    "31B": {"sliding": (256, 1024, 32, 16), "full": (512, None, 32, 4)},
+}
+Q_HEADS, KV_HEADS, BLOCK, SEGMENTS = 4, 2, 16, 16  # E4B's heads: attention_call's default
 
 
 def recommend(rows_out: list[dict[str, Any]], window: int = 512, margin: float = 0.02) -> int:
@@ -42,7 +49,14 @@ def recommend(rows_out: list[dict[str, Any]], window: int = 512, margin: float =
 
 
 def attention_call(
-    rows: int, context: int, head: int, window: int | None, kind: str, dev: str = "cuda"
+    rows: int,
+    context: int,
+    head: int,
+    window: int | None,
+    kind: str,
+    dev: str = "cuda",
+    q_heads: int = Q_HEADS,
+    kv_heads: int = KV_HEADS,
 ) -> Any:
     """A closure that runs one decode attention call (outputs written in place): ``kind``
     "split" (vLLM 3D), "single" (vLLM 2D), "frozen" (decode_attention_kernel, its own
@@ -57,9 +71,9 @@ def attention_call(
     blocks_per_req = -(-context // BLOCK)
     num_blocks = rows * blocks_per_req + 1
     g = torch.Generator(device=dev).manual_seed(rows * 7919 + context)
-    kv = torch.randn(num_blocks, KV_HEADS, BLOCK, 2 * head, device=dev, dtype=dt, generator=g)
+    kv = torch.randn(num_blocks, kv_heads, BLOCK, 2 * head, device=dev, dtype=dt, generator=g)
     k, v = kv.transpose(1, 2).split(head, dim=-1)
-    q = torch.randn(rows, Q_HEADS, head, device=dev, dtype=dt, generator=g)
+    q = torch.randn(rows, q_heads, head, device=dev, dtype=dt, generator=g)
     out = torch.empty_like(q)
     perm = torch.randperm(num_blocks - 1, device=dev, generator=g).to(torch.int32) + 1
     block_table = perm[: rows * blocks_per_req].view(rows, blocks_per_req).contiguous()
@@ -82,9 +96,9 @@ def attention_call(
         splits = (
             int(fields[0])
             if fields[0] not in ("", "auto")
-            else default_splits(rows, KV_HEADS, head, window or 0, context, tile)
+            else default_splits(rows, kv_heads, head, window or 0, context, tile)
         )
-        ws = DecodeAttentionWorkspace.allocate(rows, Q_HEADS, splits, head, dev)
+        ws = DecodeAttentionWorkspace.allocate(rows, q_heads, splits, head, dev)
 
         def frozen(_: Any) -> Any:
             decode_attention(
@@ -101,9 +115,9 @@ def attention_call(
 
     split = kind == "split"
     pad = 1 << (head - 1).bit_length()
-    seg_out = torch.empty(rows, Q_HEADS, SEGMENTS, pad, device=dev, dtype=torch.float32)
-    seg_max = torch.empty(rows, Q_HEADS, SEGMENTS, device=dev, dtype=torch.float32)
-    seg_sum = torch.empty(rows, Q_HEADS, SEGMENTS, device=dev, dtype=torch.float32)
+    seg_out = torch.empty(rows, q_heads, SEGMENTS, pad, device=dev, dtype=torch.float32)
+    seg_max = torch.empty(rows, q_heads, SEGMENTS, device=dev, dtype=torch.float32)
+    seg_sum = torch.empty(rows, q_heads, SEGMENTS, device=dev, dtype=torch.float32)
 
     def call(_: Any) -> Any:
         unified_attention(
@@ -122,6 +136,7 @@ def attention_call(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="E4B")
     ap.add_argument("--rows", default="1,8,16,32,64,128")
     ap.add_argument("--contexts", default="128,256,512,2048")
     ap.add_argument("--replays", type=int, default=200)
@@ -141,12 +156,14 @@ def main() -> None:
 
     rows_out: list[dict[str, Any]] = []
     with torch.inference_mode():
-        for layer, (head, window) in LAYERS.items():
+        for layer, (head, window, q_heads, kv_heads) in SHAPES[args.shape].items():
             for context in (int(c) for c in args.contexts.split(",")):
                 for rows in (int(r) for r in args.rows.split(",")):
                     timed = {}
                     for kind in ("split", "single", "frozen", *forced):
-                        call = attention_call(rows, context, head, window, kind)
+                        call = attention_call(
+                            rows, context, head, window, kind, q_heads=q_heads, kv_heads=kv_heads
+                        )
                         try:
                             timed[kind] = (*time_graph(call, None, args.replays), call)
                         except Exception as e:  # a variant past the shared-memory limit
@@ -164,6 +181,7 @@ def main() -> None:
                     )
                     best = min(sweep, key=lambda n: sweep[n]) if sweep else None
                     row = {
+                        "shape": args.shape,
                         "layer": layer,
                         "context": context,
                         "rows": rows,
@@ -196,7 +214,8 @@ def main() -> None:
         )
     if args.json:
         Path(args.json).write_text(json.dumps(rows_out, indent=1) + "\n")
-    print(f"RECOMMEND sliding_split_kv_max_rows={recommend(rows_out)}")
+    window = SHAPES[args.shape]["sliding"][1] or 0
+    print(f"RECOMMEND sliding_split_kv_max_rows={recommend(rows_out, window)}")
 
 
 if __name__ == "__main__":

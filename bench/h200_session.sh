@@ -20,8 +20,9 @@
 #      TESTS="v2" runs only the V2 GPU tests on one GPU, TESTS="" none, TESTS_FIRST=1
 #      runs them before the E4B benchmark; E4B_ARGS, extra bench_gpu.py flags such as
 #      "--profile-at 32,128 --profile-ttft 1024"; ATTN=1 times the draft-step attention
-#      alone first (bench/attn_gpu.py), and a method "frozen_kv_mtp:sliding_split_kv_max_rows=@ATTN"
-#      then runs with its recommendation)
+#      alone first (bench/attn_gpu.py; ATTN_SHAPES="E4B 31B" at both assistants' shapes),
+#      and a method "frozen_kv_mtp:sliding_split_kv_max_rows=@ATTN" then runs with its
+#      recommendation)
 #
 # Plan with two GPUs (two lanes, one GPU each; then both GPUs):
 #   lane A, GPU 0: E4B benchmark (none/mtp/frozen_kv_mtp, compiled), V1-runner GPU tests,
@@ -110,8 +111,15 @@ heads() { # centroid heads alone, E4B head shape (seconds; HEADS=0 skips; HEADS_
 
 attn() { # ATTN=1: draft-step attention alone, split-KV vs one pass (bench/attn_gpu.py);
   # its last line recommends sliding_split_kv_max_rows, which E4B_METHODS can name as @ATTN
+  # (E4B's). ATTN_SHAPES="E4B 31B": the assistant shapes to time (default E4B); E4B's
+  # rows go to h200_attn.json and attn.log, another shape's to h200_attn_SHAPE.json
+  local shape sfx
   [ "${ATTN:-0}" = 1 ] || return 0
-  CUDA_VISIBLE_DEVICES=$1 python bench/attn_gpu.py --json $W/h200_attn.json >$W/attn.log 2>&1
+  for shape in ${ATTN_SHAPES:-E4B}; do
+    sfx=$([ "$shape" = E4B ] || echo "_$shape")
+    CUDA_VISIBLE_DEVICES=$1 python bench/attn_gpu.py --shape "$shape" \
+      --json $W/h200_attn$sfx.json >$W/attn$sfx.log 2>&1
+  done
 }
 
 profiles() { # PROFILES="method@concurrency ...": kernel breakdowns of a draft round
@@ -185,7 +193,7 @@ pack() {
   [ -n "${OUT:-}" ] || return 0
   summarize
   tar -C /tmp --exclude h200/shapes --exclude h200/plugin --exclude h200/repo -czf "$OUT/h200.tgz" h200 2>/dev/null
-  cp $W/report.md $W/h200.json $W/h200_heads.json $W/h200_attn.json "$OUT/" 2>/dev/null
+  cp $W/report.md $W/h200.json $W/h200_heads.json $W/h200_attn*.json "$OUT/" 2>/dev/null
 }
 
 progress() {
@@ -193,7 +201,7 @@ progress() {
   grep -h '^ROW' $W/bench_*.log 2>/dev/null | cut -c1-220 | tail -n 40
   grep -h '^PROFILE' $W/profile.log 2>/dev/null | cut -c1-400
   grep -h -A8 '^| rows' $W/heads.log 2>/dev/null
-  grep -h '^| \|^RECOMMEND' $W/attn.log 2>/dev/null
+  grep -h '^| \|^RECOMMEND' $W/attn*.log 2>/dev/null
   for f in $W/test_*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 4 "$f"; }; done
   for f in $W/bench_*.log; do
     [ -f "$f" ] && grep -h -m3 -E 'Error|error:|Traceback' "$f" | sed "s|^|$f: |"

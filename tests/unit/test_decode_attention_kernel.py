@@ -17,19 +17,26 @@ from vllm_frozen_kv_mtp.decode_attention_kernel import (
     decode_attention_reference,
 )
 
-#: (head size, window, block size, softcap, KV scales, splits to force)
+#: (head size, window, block size, softcap, KV scales, splits to force, (query heads, KV
+#: heads)); groups of 2 and 4 as E4B's layers, 2 and 8 as 31B's (32 over 16 sliding, 32
+#: over 4 full)
 CASES = (
-    (256, 40, 16, 0.0, False, (None, 1, 3, 16)),
-    (512, 0, 16, 0.0, False, (None, 1, 4)),
-    (256, 0, 32, 30.0, True, (None, 2)),
+    (256, 40, 16, 0.0, False, (None, 1, 3, 16), (4, 2)),
+    (512, 0, 16, 0.0, False, (None, 1, 4), (4, 2)),
+    (256, 0, 32, 30.0, True, (None, 2), (4, 2)),
+    (512, 0, 16, 0.0, False, (None, 1, 3), (8, 1)),
+    (256, 40, 16, 0.0, False, (None, 2), (8, 4)),
 )
+MAX_Q_HEADS = 8
 SEQ_LENS = (1, 17, 64, 100, 0)  # 0: a CUDA-graph padding row (zeros out)
 
 
-def make_case(head: int, block_size: int, seed: int) -> tuple[torch.Tensor, ...]:
-    """4 query heads over 2 KV heads, paged caches with shuffled blocks, a strided q."""
+def make_case(
+    head: int, block_size: int, seed: int, q_heads: int = 4, kv_heads: int = 2
+) -> tuple[torch.Tensor, ...]:
+    """Query heads over KV heads, paged caches with shuffled blocks, a strided q."""
     g = torch.Generator().manual_seed(seed)
-    rows, q_heads, kv_heads = len(SEQ_LENS), 4, 2
+    rows = len(SEQ_LENS)
     per_row = -(-max(SEQ_LENS) // block_size)
     num_blocks = rows * per_row + 3
     k = torch.randn(num_blocks, block_size, kv_heads, head, generator=g)
@@ -49,10 +56,11 @@ def check() -> None:
     )
 
     # one workspace for every call, sized for the largest (as the engine shares one)
-    shared = DecodeAttentionWorkspace.allocate(len(SEQ_LENS), 4, MAX_SPLITS, 512, "cpu")
-    assert not shared.fits(len(SEQ_LENS) + 1, 4, MAX_SPLITS, 512)
-    for i, (head, window, block_size, softcap, scaled, splits) in enumerate(CASES):
-        q, k, v, table, seq_lens = make_case(head, block_size, i)
+    rows = len(SEQ_LENS)
+    shared = DecodeAttentionWorkspace.allocate(rows, MAX_Q_HEADS, MAX_SPLITS, 512, "cpu")
+    assert not shared.fits(rows + 1, MAX_Q_HEADS, MAX_SPLITS, 512)
+    for i, (head, window, block_size, softcap, scaled, splits, heads) in enumerate(CASES):
+        q, k, v, table, seq_lens = make_case(head, block_size, i, *heads)
         ks, vs = (2.0, 0.5) if scaled else (1.0, 1.0)
         want = decode_attention_reference(q, k, v, table, seq_lens, 0.125, window, softcap, ks, vs)
         for n in splits:
@@ -63,7 +71,7 @@ def check() -> None:
                 num_splits=n, workspace=shared if n and n % 2 else None,
             )  # fmt: skip
             err = float((out - want).abs().max())
-            assert err < 1e-4, (head, window, n, err)
+            assert err < 1e-4, (head, window, n, heads, err)
             assert torch.equal(out[-1], torch.zeros_like(out[-1])), "padding row"
     # other launch shapes (bench/attn_gpu.py sweeps them): tiles of one block and of two
     q, k, v, table, seq_lens = make_case(256, 16, 9)
@@ -113,8 +121,14 @@ def check_bench_call() -> None:
     sys.path.insert(0, "bench")
     from attn_gpu import attention_call
 
-    for head, window, kind in ((256, 24, "frozen"), (512, None, "frozen"), (256, 24, "frozen:2")):
-        call = attention_call(3, 40, head, window, kind, dev="cpu")
+    cases = (
+        (256, 24, "frozen", 4, 2),
+        (512, None, "frozen", 4, 2),
+        (256, 24, "frozen:2", 4, 2),
+        (512, None, "frozen", 8, 1),  # a 31B-like group of 8 query heads per KV head
+    )
+    for head, window, kind, q_heads, kv_heads in cases:
+        call = attention_call(3, 40, head, window, kind, "cpu", q_heads, kv_heads)
         out = call(None)
         q, k, v, table, seq_lens = call.inputs
         want = decode_attention_reference(q, k, v, table, seq_lens, 1.0, window or 0)

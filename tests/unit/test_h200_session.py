@@ -35,6 +35,7 @@ PLAN_ENV = (
     "H200_DIR",
     "H200_DRY_DIR",
     "PROFILE_MODEL",
+    "ATTN_SHAPES",
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -135,6 +136,13 @@ def test_attn_recommendation_fills_the_method(recommend: str, methods: str) -> N
     )
     assert steps(lines) == ["attn", "E4B v2", "report"]
     assert f"--methods {methods} " in lines[1]
+
+
+def test_attn_shapes_each_get_their_json() -> None:
+    lines = dry(ATTN="1", ATTN_SHAPES="E4B 31B", HEADS="0", TESTS="", E4B="0", BENCH_31B="0")
+    assert steps(lines) == ["attn", "attn", "report"]
+    assert "--shape E4B --json " in lines[0] and lines[0].endswith("/h200_attn.json")
+    assert "--shape 31B --json " in lines[1] and lines[1].endswith("/h200_attn_31B.json")
 
 
 def test_two_gpus_split_lanes() -> None:
