@@ -91,17 +91,39 @@ class DecodeAttentionWorkspace:
     def allocate(
         cls, rows: int, q_heads: int, splits: int, head_size: int, device: torch.device | str
     ) -> DecodeAttentionWorkspace:
-        n = rows * q_heads * _pow2(splits)
+        return cls.of_parts(rows * q_heads * _pow2(splits), head_size, device)
+
+    @classmethod
+    def of_parts(
+        cls, parts: int, head_size: int, device: torch.device | str
+    ) -> DecodeAttentionWorkspace:
+        """Room for ``parts`` partial results (row x query head x padded split)."""
+        parts = max(parts, 1)
         f32 = torch.float32
         return cls(
-            acc=torch.empty(n * _pow2(head_size), dtype=f32, device=device),
-            m=torch.empty(n, dtype=f32, device=device),
-            l=torch.empty(n, dtype=f32, device=device),
+            acc=torch.empty(parts * _pow2(head_size), dtype=f32, device=device),
+            m=torch.empty(parts, dtype=f32, device=device),
+            l=torch.empty(parts, dtype=f32, device=device),
         )
 
     def fits(self, rows: int, q_heads: int, splits: int, head_size: int) -> bool:
+        """Whether a call fits; one split writes its output directly and needs no room."""
+        if splits == 1:
+            return True
         n = rows * q_heads * _pow2(splits)
         return self.m.numel() >= n and self.acc.numel() >= n * _pow2(head_size)
+
+
+def workspace_parts(max_rows: int, q_heads: int, kv_heads: int, head_size: int, window: int) -> int:
+    """The most partial results any batch of up to ``max_rows`` rows needs at its
+    ``default_splits``. Batches large enough to fill the GPU take one split and need
+    none, so this stays a few MiB however large ``max_num_seqs`` is."""
+    need = 0
+    for rows in range(1, max_rows + 1):
+        splits = default_splits(rows, kv_heads, head_size, window)
+        if splits > 1:
+            need = max(need, rows * q_heads * _pow2(splits))
+    return need
 
 
 def _pow2(n: int) -> int:

@@ -7,8 +7,9 @@ whose ``forward`` calls the split decode kernel when the batch is one query row 
 request over an unquantised cache, and vLLM's own ``forward`` otherwise (profiling
 runs, FP8 or per-token-head quantised KV, sinks, ALiBi, multimodal prefix ranges, output
 quantisation, a batch larger than the workspace). The target's layers are never
-touched. All drafter layers share one workspace, sized at load for ``max_num_reqs``
-rows, so the calls can be captured in the round's CUDA graph.
+touched. All drafter layers share one workspace, sized at load for the largest split
+batch up to ``max_num_reqs`` rows (batches that fill the GPU take one split and need
+none), so the calls can be captured in the round's CUDA graph.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from typing import Any
 import torch
 
 from vllm_frozen_kv_mtp.decode_attention_kernel import (
-    MAX_SPLITS,
     DecodeAttentionWorkspace,
     decode_attention,
     default_splits,
+    workspace_parts,
 )
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
@@ -58,8 +59,7 @@ def _split_decode_class(base: type) -> type:
             ):
                 key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
                 n = attn_metadata.num_actual_tokens
-                left = self.sliding_window[0]
-                window = left + 1 if left >= 0 else 0
+                window = _window(self)
                 splits = default_splits(n, self.num_kv_heads, self.head_size, window)
                 if key_cache.dtype == query.dtype and self.frozen_workspace.fits(
                     n, self.num_heads, splits, self.head_size
@@ -99,6 +99,12 @@ def _split_decode_class(base: type) -> type:
 
 
 _CLASSES: dict[type, type] = {}
+
+
+def _window(impl: Any) -> int:
+    """The keys a row reads in a sliding layer (vLLM keeps ``(left, 0)``), 0 if full."""
+    left = impl.sliding_window[0]
+    return left + 1 if left >= 0 else 0
 
 
 def split_decode_class(base: type) -> type:
@@ -143,9 +149,12 @@ def install_split_decode_attention(
     }
     if not switched:
         return []
-    q_heads = max(layer.impl.num_heads for layer in switched.values())
-    head = max(layer.impl.head_size for layer in switched.values())
-    workspace = DecodeAttentionWorkspace.allocate(max_rows, q_heads, MAX_SPLITS, head, device)
+    impls = [layer.impl for layer in switched.values()]
+    parts = max(
+        workspace_parts(max_rows, i.num_heads, i.num_kv_heads, i.head_size, _window(i))
+        for i in impls
+    )
+    workspace = DecodeAttentionWorkspace.of_parts(parts, max(i.head_size for i in impls), device)
     cls = split_decode_class(TritonAttentionImpl)
     for layer in switched.values():
         layer.impl.__class__ = cls

@@ -13,8 +13,11 @@ import torch
 from tests.unit.test_seed_rows import run_in_triton_interpreter
 from vllm_frozen_kv_mtp.decode_attention_kernel import (
     MAX_SPLITS,
+    DecodeAttentionWorkspace,
     choose_splits,
     decode_attention_reference,
+    default_splits,
+    workspace_parts,
 )
 
 #: (head size, window, block size, softcap, KV scales, splits to force, (query heads, KV
@@ -112,6 +115,23 @@ def test_splits_fill_the_gpu_within_bounds() -> None:
     assert choose_splits(1, 2, 100_000, 64) == MAX_SPLITS
     assert choose_splits(1, 2, 40, 64) == 1  # one tile of keys: no split
     assert choose_splits(512, 2, 512, 32) == 1
+
+
+def test_workspace_does_not_grow_with_max_num_seqs() -> None:
+    # Sized per batch: batches that fill the GPU take one split and need no room, so the
+    # 31B full layer (32 query heads over 4 KV heads, head 512) needs the same few MiB for
+    # 128 rows as for 4096; the old sizing (rows x heads x 16 splits) took 4 GiB at 4096.
+    parts = workspace_parts(128, 32, 4, 512, 0)
+    assert parts == workspace_parts(4096, 32, 4, 512, 0)
+    assert 0 < parts * 512 * 4 < 16 * 2**20
+    assert parts >= max(
+        n * 32 * (1 << (default_splits(n, 4, 512, 0) - 1).bit_length())
+        for n in range(1, 64)
+        if default_splits(n, 4, 512, 0) > 1
+    )
+    ws = DecodeAttentionWorkspace.of_parts(parts, 512, "cpu")
+    assert all(ws.fits(n, 32, default_splits(n, 4, 512, 0), 512) for n in range(1, 4097))
+    assert workspace_parts(4096, 4, 2, 256, 1) == 0  # one key per row: never split
 
 
 def check_bench_call() -> None:

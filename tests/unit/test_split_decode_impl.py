@@ -81,6 +81,7 @@ def check() -> None:
     workspace = layers["draft.0"].impl.frozen_workspace
     assert workspace is layers["draft.1"].impl.frozen_workspace
     assert workspace.fits(8, Q_HEADS, 16, HEAD) and not workspace.fits(9, Q_HEADS, 16, HEAD)
+    assert workspace.fits(4096, Q_HEADS, 1, HEAD)  # one split writes out directly
 
     q, kv_cache, metadata = _batch()
     key_cache, value_cache = kv_cache.transpose(1, 2).split(HEAD, dim=-1)
