@@ -19,9 +19,10 @@ KV head scored together with one ``tl.dot``) and changes the launch shape:
 
 Opt-in: option ``draft_attention="split"`` runs the drafter's layers on it
 (split_decode_impl.py), and ``bench/attn_gpu.py`` times it against vLLM's two kernels
-at the drafter's shapes. On the H200 (run J, BENCHMARKS.md) it beat vLLM's choice of
-kernel at all but 5 of 48 shapes (the exceptions: single rows over one or two tiles, and 128
-rows over 2048 keys of the full layer, by 4%). The CPU tests compare it with the torch
+at the drafter's shapes. On the H200 (run J, BENCHMARKS.md), at E4B's heads, its split
+counts as ``choose_splits`` now picks them beat the faster of vLLM's two kernels at 45 of 48
+shapes (the exceptions: one row over one or two tiles of the sliding layer, by 0.5-0.8 us,
+and 128 rows over 2048 keys of the full layer, by 4%). The CPU tests compare it with the torch
 reference (``decode_attention_reference``) under Triton's interpreter and compile it for
 sm_90.
 """
