@@ -4,12 +4,12 @@ decode batches with ``decode_attention_kernel`` (Model Runner V2, opt-in).
 Each drafter attention layer keeps vLLM's ``TritonAttentionImpl`` object, metadata
 builder and KV-sharing wiring; only the class of that one object changes, to a subclass
 whose ``forward`` calls the split decode kernel when the batch is one query row per
-request over an unquantised cache, and vLLM's own ``forward`` otherwise (profiling
-runs, FP8 or per-token-head quantised KV, sinks, ALiBi, multimodal prefix ranges, output
-quantisation, a batch larger than the workspace). The target's layers are never
-touched. All drafter layers share one workspace, sized at load for the largest split
-batch up to ``max_num_reqs`` rows (batches that fill the GPU take one split and need
-none), so the calls can be captured in the round's CUDA graph.
+request over an unquantised or FP8 (per-tensor scale) cache, and vLLM's own ``forward``
+otherwise (profiling runs, per-token-head quantised KV, FP8 queries, sinks, ALiBi,
+multimodal prefix ranges, output quantisation, a batch larger than the workspace). The
+target's layers are never touched. All drafter layers share one workspace, sized at load
+for the largest split batch up to ``max_num_reqs`` rows (batches that fill the GPU take
+one split and need none), so the calls can be captured in the round's CUDA graph.
 """
 
 from __future__ import annotations
@@ -57,13 +57,14 @@ def _split_decode_class(base: type) -> type:
             if attn_metadata is not None and split_decode_applies(
                 self, attn_metadata, output_scale, output_block_scale
             ):
-                key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
+                kv = kv_views(self, layer, kv_cache, query)
                 n = attn_metadata.num_actual_tokens
                 window = _window(self)
                 splits = default_splits(n, self.num_kv_heads, self.head_size, window)
-                if key_cache.dtype == query.dtype and self.frozen_workspace.fits(
+                if kv is not None and self.frozen_workspace.fits(
                     n, self.num_heads, splits, self.head_size
                 ):
+                    key_cache, value_cache, k_scale, v_scale = kv
                     decode_attention(
                         query[:n],
                         key_cache,
@@ -74,6 +75,8 @@ def _split_decode_class(base: type) -> type:
                         self.scale,
                         window,
                         self.logits_soft_cap or 0.0,
+                        k_scale,
+                        v_scale,
                         num_splits=splits,
                         workspace=self.frozen_workspace,
                     )
@@ -99,6 +102,25 @@ def _split_decode_class(base: type) -> type:
 
 
 _CLASSES: dict[type, type] = {}
+
+
+#: KV cache dtypes stored as FP8 E4M3 with one scale per tensor (vLLM's per-layer
+#: ``_k_scale``/``_v_scale``), which the kernel dequantises as vLLM's does
+FP8_PER_TENSOR = ("fp8", "fp8_e4m3")
+
+
+def kv_views(impl: Any, layer: Any, kv_cache: torch.Tensor, query: torch.Tensor) -> Any:
+    """(K, V, K scale, V scale) views of vLLM's ``[blocks, KV heads, block, 2 x head]``
+    cache for the kernel, the scales None when unquantised; None when the kernel cannot
+    read it (a cache dtype other than the query's that is not FP8 per tensor, or FP8
+    queries)."""
+    key_cache, value_cache = kv_cache.transpose(1, 2).split(impl.head_size, dim=-1)
+    if key_cache.dtype == query.dtype:
+        return key_cache, value_cache, None, None
+    fp8 = getattr(impl, "fp8_dtype", None)
+    if impl.kv_cache_dtype not in FP8_PER_TENSOR or fp8 is None or query.dtype == fp8:
+        return None
+    return key_cache.view(fp8), value_cache.view(fp8), layer._k_scale, layer._v_scale
 
 
 def _window(impl: Any) -> int:

@@ -89,3 +89,44 @@ def test_fp8_kv_drafter_uses_target_scales(calibrated_target_scales: None, runne
     # Same drafts as upstream wherever upstream reads the cache right (V2); never worse.
     assert acc["accepted_tokens"] >= 0.98 * res["mtp"][1]["accepted_tokens"]
     assert acc["accepted_tokens"] > 0.5 * acc["draft_tokens"]
+
+
+def test_fp8_kv_split_decode_attention(calibrated_target_scales: None, runner: str) -> None:
+    """draft_attention="split" over an FP8 cache: the split kernel reads it with the
+    target's per-tensor scales (no fallback to vLLM's kernels), output equals no
+    speculation at fp8, and acceptance matches plain frozen_kv_mtp's (same drafts up to
+    the two kernels' rounding)."""
+    if runner != "v2":
+        pytest.skip("draft_attention applies to Model Runner V2")
+    from vllm import SamplingParams
+
+    from vllm_frozen_kv_mtp import split_decode_impl
+    from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
+
+    t, a = trained_pair_paths()
+    prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
+    params = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
+    base = {"method": "frozen_kv_mtp", "model": str(a), "num_speculative_tokens": 3}
+    res: dict[str, Any] = {}
+    for name, spec in (
+        ("none", None),
+        ("frozen", base),
+        ("split", {**base, "draft_attention": "split"}),
+    ):
+        before = split_decode_impl.FALLBACKS, split_decode_impl.SPLIT_CALLS
+        with engine(str(t), spec, max_num_seqs=len(prompts), **KW) as llm:
+            out = outputs(llm.generate(prompts, params, use_tqdm=False))
+            acc = acceptance(spec_metrics(llm)) if spec else {}
+            scales = _draft_scales(llm) if spec else []
+        counts = (
+            split_decode_impl.FALLBACKS - before[0],
+            split_decode_impl.SPLIT_CALLS - before[1],
+        )
+        res[name] = (out, acc, scales, counts)
+        print(f"{runner} fp8 {name}: {acc}, (fallbacks, split calls) {counts}")
+    out, acc, scales, (fallbacks, calls) = res["split"]
+    assert calls > 0 and fallbacks == 0, (calls, fallbacks)
+    assert scales and all(s == SCALE for s in scales), scales
+    assert out == res["none"][0]
+    plain = res["frozen"][1]["accepted_tokens"]
+    assert abs(acc["accepted_tokens"] - plain) <= 0.02 * plain, (acc, res["frozen"][1])

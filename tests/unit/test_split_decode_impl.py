@@ -23,7 +23,7 @@ HEAD, Q_HEADS, KV_HEADS, BLOCK = 256, 4, 2, 16
 SEQ_LENS = (5, 40, 33)
 
 
-def _impl(window: int | None) -> Any:
+def _impl(window: int | None, kv_cache_dtype: str = "auto") -> Any:
     from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
 
     return TritonAttentionImpl(
@@ -33,7 +33,7 @@ def _impl(window: int | None) -> Any:
         num_kv_heads=KV_HEADS,
         alibi_slopes=None,
         sliding_window=window,
-        kv_cache_dtype="auto",
+        kv_cache_dtype=kv_cache_dtype,
     )
 
 
@@ -94,6 +94,23 @@ def check() -> None:
         )
         assert float((out - want).abs().max()) < 1e-4, name
 
+    # An FP8 cache (vLLM allocates it as bytes) with per-tensor scales: the kernel
+    # dequantises it as vLLM does; an FP8 E5M2 cache goes to vLLM's forward.
+    fp8 = layers["draft.0"].impl.__class__
+    impl = _impl(24, "fp8")
+    impl.__class__ = fp8
+    impl.frozen_workspace = workspace
+    scaled = SimpleNamespace(_k_scale=torch.tensor([2.0]), _v_scale=torch.tensor([0.5]))
+    kv8 = torch.cat([key_cache / 2.0, value_cache / 0.5], dim=-1).transpose(1, 2)
+    kv8 = kv8.to(torch.float8_e4m3fn).contiguous()
+    k8, v8 = kv8.transpose(1, 2).split(HEAD, dim=-1)
+    out = torch.full_like(q, float("nan"))
+    impl.forward(scaled, q, None, None, kv8.view(torch.uint8), metadata, out)
+    want = decode_attention_reference(
+        q, k8, v8, metadata.block_table, metadata.seq_lens, 0.0625, 24, 0.0, 2.0, 0.5
+    )
+    assert float((out - want).abs().max()) < 1e-4, "fp8"
+
     # Not one row per request: vLLM's forward (the base class) runs it.
     impl = _impl(24)
     impl.__class__ = split_decode_class(Recording)
@@ -102,14 +119,19 @@ def check() -> None:
     impl.forward(None, q, None, None, kv_cache, _batch(query_len=2)[2], out)
     impl.forward(None, q, None, None, kv_cache, None, out)  # profiling run
     impl.forward(None, q, None, None, kv_cache.to(torch.float16), metadata, out)  # cache dtype
-    assert calls == [3, 3, 3]
+    e5m2 = _impl(24, "fp8_e5m2")
+    e5m2.__class__ = split_decode_class(Recording)
+    e5m2.frozen_workspace = workspace
+    e5m2.forward(scaled, q, None, None, kv8.view(torch.uint8), metadata, out)
+    assert calls == [3, 3, 3, 3]
     from vllm_frozen_kv_mtp import split_decode_impl
 
     counts = split_decode_impl.SPLIT_CALLS, split_decode_impl.FALLBACKS
     impl.forward(None, q, None, None, kv_cache, metadata, out)
-    assert calls == [3, 3, 3] and out.abs().sum() > 0
-    assert counts == (2, 2), counts  # the two layers above; two fallbacks with metadata
-    assert split_decode_impl.SPLIT_CALLS == 3
+    assert calls == [3, 3, 3, 3] and out.abs().sum() > 0
+    # the two layers and the FP8 call above; three fallbacks with metadata
+    assert counts == (3, 3), counts
+    assert split_decode_impl.SPLIT_CALLS == 4
     print("split decode impl matches the reference and falls back")
 
 
