@@ -70,6 +70,8 @@ class FrozenKVMTPConfigError(ValueError):
 
 #: values of the ``centroid_head`` option (see centroid_head.py)
 CENTROID_HEADS = ("upstream", "sparse", "dense", "fused", "tiled", "auto")
+#: values of the ``dense_head`` option (see dense_head.py)
+DENSE_HEADS = ("upstream", "fused", "fp8")
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,11 @@ class FrozenKVOptions:
     #: with vLLM's kernels; "split" (opt-in) runs its one-row decode batches with
     #: decode_attention_kernel (see split_decode_impl.py)
     draft_attention: str = "vllm"
+    #: Model Runner V2, assistants without centroids (31B, 26B-A4B), one GPU per
+    #: drafter: "upstream" (default) drafts with vLLM's logits and argmax; "fused" and
+    #: "fp8" with two Triton launches and no logits tensor, "fp8" over FP8 weights with
+    #: one scale per vocabulary row (see dense_head.py)
+    dense_head: str = "upstream"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FrozenKVOptions:
@@ -341,6 +348,11 @@ def translate_speculative_config(
             f"draft_attention must be one of {', '.join(DRAFT_ATTENTIONS)}, got "
             f"{options.draft_attention!r}.",
             'pass "vllm" (the default) or "split".',
+        )
+    if options.dense_head not in DENSE_HEADS:
+        raise FrozenKVMTPConfigError(
+            f"dense_head must be one of {', '.join(DENSE_HEADS)}, got {options.dense_head!r}.",
+            'pass "upstream" (the default), "fused" or "fp8".',
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated.update(method="mtp", model=model, num_speculative_tokens=k)

@@ -72,6 +72,8 @@ class FrozenKVMTPProposer(Gemma4Proposer):
              "keeps vLLM's split-KV choice"),
             ("draft_attention", options.draft_attention != "vllm",
              "keeps vLLM's attention kernels"),
+            ("dense_head", options.dense_head != "upstream",
+             "keeps vLLM's logits and argmax"),
         )  # fmt: skip
         for name, is_set, v1_does in v2_only:
             if is_set:

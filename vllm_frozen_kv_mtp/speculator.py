@@ -27,6 +27,7 @@ from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 from vllm_frozen_kv_mtp.centroid_head import head_for_rows, top_tokens
 from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
+from vllm_frozen_kv_mtp.dense_head import DenseHead, build_dense_head
 from vllm_frozen_kv_mtp.draft_attention import set_sliding_split_kv_max_rows
 from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
 from vllm_frozen_kv_mtp.kv_readonly import (
@@ -53,6 +54,7 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         self.frozen_stats = DraftStats()
         enable_frozen_runtime_fixes()
         self._kv_caches: list[torch.Tensor] = []
+        self.frozen_dense_head: DenseHead | None = None
         logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
 
     # ---- load-time guarantees -------------------------------------------------
@@ -62,6 +64,11 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         check_readonly_wiring(self.vllm_config, self.draft_attn_layer_names)
         if self.frozen_options.draft_attention == "split":
             self._install_split_decode_attention()
+        self.frozen_dense_head = build_dense_head(
+            self.model,
+            self.frozen_options.dense_head,
+            self.vllm_config.parallel_config.tensor_parallel_size,
+        )
 
     def _install_split_decode_attention(self) -> None:
         from vllm_frozen_kv_mtp.split_decode_impl import install_split_decode_attention
@@ -335,8 +342,9 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         draft_logits: torch.Tensor | None,
         spec_step_idx: int = 0,
     ) -> torch.Tensor:
-        # Greedy drafts from a centroid head, without the full-vocabulary logits
-        # tensor upstream builds just to argmax it (option centroid_head).
+        # Greedy drafts without the full-vocabulary logits tensor upstream builds just
+        # to argmax it: from a centroid head (option centroid_head) or a dense one
+        # (option dense_head).
         me = getattr(self.model, "masked_embedding", None)
         head = head_for_rows(
             self.frozen_options.centroid_head,
@@ -357,6 +365,14 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
             and me is not None
         ):
             return top_tokens(self.model, hidden_states, head)
+        if (
+            self.frozen_dense_head is not None
+            and draft_logits is None
+            and self.acceptance_estimator is None
+        ):
+            tokens = self.frozen_dense_head.top_tokens(hidden_states)
+            if tokens is not None:
+                return tokens
         return super().sample_draft(
             hidden_states,
             sample_src_positions,

@@ -100,9 +100,9 @@ def test_chunked_prefill_and_prefix_caching() -> None:
 
 
 def test_v2_only_options_on_the_v1_runner_warn_and_keep_output() -> None:
-    """centroid_head, sliding_split_kv_max_rows and draft_attention tune Model Runner V2;
-    the V1 runner (the CPU's) says at start-up that it ignores them, and output stays
-    lossless."""
+    """centroid_head, sliding_split_kv_max_rows, draft_attention and dense_head tune Model
+    Runner V2; the V1 runner (the CPU's) says at start-up that it ignores them, and
+    output stays lossless."""
     import logging
 
     variant = "fp32-centroid"
@@ -115,6 +115,7 @@ def test_v2_only_options_on_the_v1_runner_warn_and_keep_output() -> None:
         "centroid_head": "fused",
         "sliding_split_kv_max_rows": 8,
         "draft_attention": "split",
+        "dense_head": "fp8",
     }
     seen: list[str] = []
 
@@ -135,3 +136,4 @@ def test_v2_only_options_on_the_v1_runner_warn_and_keep_output() -> None:
     assert any("centroid_head='fused' applies to Model Runner V2 only" in m for m in seen), seen
     assert any("sliding_split_kv_max_rows=8 applies to Model Runner V2" in m for m in seen), seen
     assert any("draft_attention='split' applies to Model Runner V2" in m for m in seen), seen
+    assert any("dense_head='fp8' applies to Model Runner V2" in m for m in seen), seen

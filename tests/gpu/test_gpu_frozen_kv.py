@@ -284,3 +284,64 @@ def test_v2_split_decode_attention_keeps_output_and_drafts(runner: str) -> None:
     assert got == expected
     assert m["num_drafts"] > 0
     assert m["num_accepted_tokens"] == m["num_draft_tokens"]
+
+
+def test_v2_fused_dense_head_drafts_what_upstream_drafts(runner: str) -> None:
+    """dense_head="fused" changes how Model Runner V2 scores a dense head's drafts, not
+    which: every round's drafts equal upstream's head's (fp32, random weights; the
+    fixture's assistant has no centroids). 40 requests at once reach a >=32-row bucket."""
+    if runner != "v2":
+        pytest.skip("dense_head applies to Model Runner V2")
+    import vllm_frozen_kv_mtp.dense_head as dense_head
+
+    target, assistant = pair("fp32")
+    prompts = [f"{p} # {i}" for i in range(3) for p in PROMPTS][:40]
+    kw = {**GRAPH_KW, "max_num_seqs": len(prompts)}
+    drafts, outs = {}, {}
+    for head in ("upstream", "fused"):
+        spec = {
+            "method": "frozen_kv_mtp",
+            "model": assistant,
+            "num_speculative_tokens": 3,
+            "dense_head": head,
+        }
+        with engine(target, spec, **kw) as llm, record_drafts(llm) as rounds:
+            built = drafter(llm).frozen_dense_head
+            outs[head] = outputs(llm.generate(prompts, _params(), use_tqdm=False))
+            drafts[head] = list(rounds)
+        assert (built is None) == (head == "upstream"), head
+    print({h: sum(len(r) for r in d) for h, d in drafts.items()}, "draft rows per head")
+    assert dense_head.FALLBACKS == 0, "the dense head's kernel fell back to upstream's head"
+    assert max(len(r) for r in drafts["fused"]) >= 32
+    assert drafts["fused"] == drafts["upstream"]
+    assert outs["fused"] == outs["upstream"]
+
+
+def test_v2_fp8_dense_head_keeps_output(runner: str) -> None:
+    """dense_head="fp8": drafts from FP8 rows may differ from upstream's near ties, and
+    output must not: greedy output equals no speculation on the trained pair (fp32), and
+    acceptance stays within 10% of the bf16/fp32 head's."""
+    if runner != "v2":
+        pytest.skip("dense_head applies to Model Runner V2")
+    import vllm_frozen_kv_mtp.dense_head as dense_head
+
+    target, assistant, prompts, kw, expected = _no_spec_baseline("trained")
+    res = {}
+    for head in ("upstream", "fp8"):
+        spec = {
+            "method": "frozen_kv_mtp",
+            "model": assistant,
+            "num_speculative_tokens": 3,
+            "dense_head": head,
+        }
+        with engine(target, spec, **kw) as llm:
+            built = drafter(llm).frozen_dense_head
+            got = outputs(llm.generate(prompts, _params(), use_tqdm=False))
+            res[head] = acceptance(spec_metrics(llm))
+        assert got == expected, head
+        if head == "fp8":
+            assert built is not None and built.scale is not None
+            assert built.weight.dtype == torch.float8_e4m3fn
+    print(f"{runner} dense_head: {res}")
+    assert dense_head.FALLBACKS == 0, "the dense head's kernel fell back to upstream's head"
+    assert res["fp8"]["accepted_tokens"] >= 0.9 * res["upstream"]["accepted_tokens"]

@@ -51,6 +51,7 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
         "centroid_head": "auto",
         "sliding_split_kv_max_rows": -1,
         "draft_attention": "vllm",
+        "dense_head": "upstream",
         "num_speculative_tokens": 3,
     }
 
@@ -65,6 +66,7 @@ def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
         "centroid_head": "dense",
         "sliding_split_kv_max_rows": 8,
         "draft_attention": "split",
+        "dense_head": "fp8",
         "enforce_eager": True,
     }
     cfg = _engine_config(target, spec, additional_config={"other_plugin": 1})
@@ -72,6 +74,7 @@ def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
     assert cfg.additional_config["frozen_kv_mtp"]["centroid_head"] == "dense"
     assert cfg.additional_config["frozen_kv_mtp"]["sliding_split_kv_max_rows"] == 8
     assert cfg.additional_config["frozen_kv_mtp"]["draft_attention"] == "split"
+    assert cfg.additional_config["frozen_kv_mtp"]["dense_head"] == "fp8"
     assert cfg.additional_config["other_plugin"] == 1
     assert cfg.speculative_config.enforce_eager is True
 
@@ -258,6 +261,12 @@ def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
         {"method": "frozen_kv_mtp", "model": assistant, "draft_attention": "flash"},
         "draft_attention must be one of vllm, split",
         '"vllm" (the default)',
+    )
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "dense_head": "int4"},
+        "dense_head must be one of upstream, fused, fp8",
+        '"upstream" (the default)',
     )
     for rows in ("8", -2, 1.5, True):
         _refused(

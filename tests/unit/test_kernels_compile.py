@@ -1,7 +1,8 @@
 """The Model Runner V2 Triton kernels compile for the H200 (sm_90) without a GPU.
 
-Covered: the split decode attention (``decode_attention_kernel``), the fused and tiled
-centroid heads (``centroid_kernel``) and the seed-row loader (``seed_rows``).
+Covered: the split decode attention (``decode_attention_kernel``), the dense head
+(``dense_head``), the fused and tiled centroid heads (``centroid_kernel``) and the
+seed-row loader (``seed_rows``).
 
 The interpreter tests check what the kernels compute, but they run in fp32 (the
 interpreter's bf16 ``tl.dot`` is wrong), so bf16-only compile errors (a bf16 x fp32
@@ -151,3 +152,37 @@ def test_centroid_and_seed_kernels_compile_for_sm90() -> None:
     code = "from tests.unit.test_kernels_compile import check_centroid_and_seed_kernels as c; c()"
     out = run_in_triton_interpreter(code, interpret=False)
     assert "centroid and seed-row kernels compile for sm_90" in out
+
+
+def check_dense_head() -> None:
+    """Run inside the subprocess: the dense head at 31B's head shape (hidden 1024), bf16
+    hidden states over bf16 or FP8 rows, fp32 with IEEE dots, one and four row blocks."""
+    from vllm_frozen_kv_mtp import dense_head as dh
+
+    for hidden, weight, rows_block in (("bf16", "bf16", 16), ("bf16", "fp8e4nv", 64),
+                                       ("fp32", "fp32", 16)):  # fmt: skip
+        types = _types(
+            dh._dense_best_kernel,
+            hidden_ptr=f"*{hidden}",
+            weight_ptr=f"*{weight}",
+            scale_ptr="*fp32",
+            suppress_ptr="*i64",
+            part_score_ptr="*fp32",
+            part_id_ptr="*i64",
+        )
+        consts = dict(
+            BLOCK_M=rows_block, BLOCK_N=dh.BLOCK_N, BLOCK_K=dh.BLOCK_K,
+            SCALED=weight == "fp8e4nv", IEEE=hidden == "fp32", BIG=dh.BIG_ID,
+        )  # fmt: skip
+        compile_sm90(dh._dense_best_kernel, types, consts)
+    compile_sm90(
+        dh._dense_row_best_kernel,
+        _types(dh._dense_row_best_kernel, part_score_ptr="*fp32", out_ptr="*i64"),
+        dict(BLOCK=2048, BIG=dh.BIG_ID),
+    )
+    print("dense head kernels compile for sm_90")
+
+
+def test_dense_head_kernels_compile_for_sm90() -> None:
+    code = "from tests.unit.test_kernels_compile import check_dense_head as c; c()"
+    assert "dense head kernels compile for sm_90" in run_in_triton_interpreter(code, False)

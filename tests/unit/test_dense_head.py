@@ -1,0 +1,103 @@
+"""``dense_head``: the fused dense head picks each row's best token as a torch argmax
+over the same (dequantised) table does, and the option reaches the speculator.
+
+The kernels run in Triton's CPU interpreter (fp32: the interpreter's bf16 ``tl.dot`` is
+wrong), in a subprocess with the Triton folder ``make install`` sets aside (see
+test_seed_rows.py). tests/unit/test_kernels_compile.py compiles them for sm_90 in bf16
+with FP8 weights.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tests.unit.test_seed_rows import run_in_triton_interpreter
+from vllm_frozen_kv_mtp.dense_head import (
+    DENSE_HEADS,
+    FP8_MAX,
+    build_dense_head,
+    dense_top_tokens_reference,
+    quantize_rows_fp8,
+)
+
+
+def make_case(rows: int, vocab: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(rows, dim + 8, generator=g)[:, :dim]  # strided rows
+    weight = torch.randn(vocab + 64, dim, generator=g)  # padded table: rows past vocab
+    weight[vocab:] = 100.0  # would win if read
+    return hidden, weight
+
+
+def check() -> None:
+    """Run inside the interpreter subprocess."""
+    from vllm_frozen_kv_mtp.dense_head import dense_top_tokens
+
+    # rows below one tl.dot block, across two row blocks; vocab not a block multiple
+    for rows, vocab, dim in ((3, 1000, 96), (70, 517, 64)):
+        hidden, weight = make_case(rows, vocab, dim, rows)
+        want = dense_top_tokens_reference(hidden, weight, None, vocab)
+        got = dense_top_tokens(hidden, weight, None, vocab)
+        assert torch.equal(got, want), (rows, (got != want).sum())
+        # suppressed tokens: the winners themselves are never picked again
+        suppress = want[:2].clone()
+        got = dense_top_tokens(hidden, weight, None, vocab, suppress)
+        assert torch.equal(got, dense_top_tokens_reference(hidden, weight, None, vocab, suppress))
+        assert not set(got.tolist()) & set(suppress.tolist())
+        # FP8 rows with per-row scales: the same pick as torch over the dequantised table
+        w8, scale = quantize_rows_fp8(weight, chunk=128)
+        got = dense_top_tokens(hidden, w8, scale, vocab)
+        assert torch.equal(got, dense_top_tokens_reference(hidden, w8, scale, vocab)), rows
+    # equal scores: the lowest token id wins, across vocabulary blocks as well
+    hidden, weight = make_case(2, 600, 32, 7)
+    weight[[5, 300, 590]] = weight[400].clone()
+    hidden[:, :] = weight[400]
+    got = dense_top_tokens(hidden, weight, None, 600)
+    assert got.tolist() == [5, 5], got
+    print("dense head matches the reference")
+
+
+def test_dense_head_matches_the_reference() -> None:
+    out = run_in_triton_interpreter("from tests.unit.test_dense_head import check; check()")
+    assert "dense head matches the reference" in out
+
+
+def test_fp8_rows_keep_each_row_within_range() -> None:
+    weight = torch.randn(40, 32) * torch.logspace(-3, 2, 40)[:, None]
+    weight[7] = 0.0
+    w8, scale = quantize_rows_fp8(weight, chunk=16)
+    assert w8.dtype == torch.float8_e4m3fn and scale.shape == (40,)
+    assert float(scale[7]) == 1.0 and not w8[7].float().any()
+    back = w8.float() * scale[:, None]
+    rel = (back - weight).abs().amax(dim=1) / weight.abs().amax(dim=1).clamp_min(1e-30)
+    assert float(rel[torch.arange(40) != 7].max()) < 0.07  # E4M3: 3 mantissa bits
+    assert float(w8.float().abs().amax()) <= FP8_MAX
+
+
+def _model(centroids: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(
+        masked_embedding=object() if centroids else None,
+        lm_head=SimpleNamespace(weight=torch.randn(1088, 32)),
+        logits_processor=SimpleNamespace(org_vocab_size=1000),
+        _suppress_idx=torch.tensor([3, 9]),
+    )
+
+
+@pytest.mark.parametrize("mode", DENSE_HEADS)
+def test_build_dense_head(mode: str) -> None:
+    model = _model()
+    head = build_dense_head(model, mode)
+    if mode == "upstream":
+        assert head is None
+        return
+    assert head is not None and head.vocab == 1000
+    assert head.suppress is model._suppress_idx
+    if mode == "fused":
+        assert head.weight is model.lm_head.weight and head.scale is None
+    else:
+        assert head.weight.dtype == torch.float8_e4m3fn and head.scale is not None
+    assert build_dense_head(_model(centroids=True), mode) is None  # centroid_head's job
+    assert build_dense_head(model, mode, tp_size=2) is None  # vocabulary-parallel
