@@ -22,7 +22,7 @@
 #      "--profile-at 32,128 --profile-ttft 1024"; ATTN=1 times the draft-step attention
 #      alone first (bench/attn_gpu.py; ATTN_SHAPES="E4B 31B" at both assistants' shapes),
 #      and a method "frozen_kv_mtp:sliding_split_kv_max_rows=@ATTN" then runs with its
-#      recommendation)
+#      recommendation; DENSE=1 times the 31B dense head alone, bench/dense_head_gpu.py)
 #
 # Plan with two GPUs (two lanes, one GPU each; then both GPUs):
 #   lane A, GPU 0: E4B benchmark (none/mtp/frozen_kv_mtp, compiled), V1-runner GPU tests,
@@ -122,6 +122,13 @@ attn() { # ATTN=1: draft-step attention alone, split-KV vs one pass (bench/attn_
   done
 }
 
+dense() { # DENSE=1: the 31B dense head alone, upstream's against dense_head fused / fp8
+  # (bench/dense_head_gpu.py; seconds)
+  [ "${DENSE:-0}" = 1 ] || return 0
+  CUDA_VISIBLE_DEVICES=$1 python bench/dense_head_gpu.py --json $W/h200_dense_head.json \
+    >$W/dense_head.log 2>&1
+}
+
 profiles() { # PROFILES="method@concurrency ...": kernel breakdowns of a draft round
   # (PROFILE_MODE=graphs: compiled, CUDA-graph replay; default eager; PROFILE_MODEL=31B
   # profiles that shape instead of E4B)
@@ -136,6 +143,7 @@ profiles() { # PROFILES="method@concurrency ...": kernel breakdowns of a draft r
 lane_a() { # TESTS picks the GPU tests here too ("v2 v1" by default: V1 in this lane)
   heads 0
   attn 0
+  dense 0
   bench_e4b 0
   wants_tests v1 && tests_v1 0
   profiles 0
@@ -150,6 +158,7 @@ lane_b() {
 serial() { # one GPU: the E4B numbers, the tests (first with TESTS_FIRST=1), then 31B if time is left
   heads 0
   attn 0
+  dense 0
   [ "${TESTS_FIRST:-0}" = 1 ] || bench_e4b 0
   wants_tests v2 && tests_v2 0
   wants_tests v1 && tests_v1 0
@@ -193,7 +202,8 @@ pack() {
   [ -n "${OUT:-}" ] || return 0
   summarize
   tar -C /tmp --exclude h200/shapes --exclude h200/plugin --exclude h200/repo -czf "$OUT/h200.tgz" h200 2>/dev/null
-  cp $W/report.md $W/h200.json $W/h200_heads.json $W/h200_attn*.json "$OUT/" 2>/dev/null
+  cp $W/report.md $W/h200.json $W/h200_heads.json $W/h200_attn*.json $W/h200_dense_head.json \
+    "$OUT/" 2>/dev/null
 }
 
 progress() {
@@ -202,6 +212,7 @@ progress() {
   grep -h '^PROFILE' $W/profile.log 2>/dev/null | cut -c1-400
   grep -h -A8 '^| rows' $W/heads.log 2>/dev/null
   grep -h '^| \|^RECOMMEND' $W/attn*.log 2>/dev/null
+  grep -h '^| ' $W/dense_head.log 2>/dev/null
   for f in $W/test_*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 4 "$f"; }; done
   for f in $W/bench_*.log; do
     [ -f "$f" ] && grep -h -m3 -E 'Error|error:|Traceback' "$f" | sed "s|^|$f: |"

@@ -36,6 +36,7 @@ PLAN_ENV = (
     "H200_DRY_DIR",
     "PROFILE_MODEL",
     "ATTN_SHAPES",
+    "DENSE",
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -60,6 +61,7 @@ def dry(**env: str) -> list[str]:
 STEP_MARKERS = (
     ("heads_gpu.py", "heads"),
     ("attn_gpu.py", "attn"),
+    ("dense_head_gpu.py", "dense"),
     ("--models E4B", "E4B {runner}"),
     ("--models 31B", "31B"),
     ("test_gpu_tp2.py -q", "tp2"),
@@ -143,6 +145,12 @@ def test_attn_shapes_each_get_their_json() -> None:
     assert steps(lines) == ["attn", "attn", "report"]
     assert "--shape E4B --json " in lines[0] and lines[0].endswith("/h200_attn.json")
     assert "--shape 31B --json " in lines[1] and lines[1].endswith("/h200_attn_31B.json")
+
+
+def test_dense_head_step_runs_first() -> None:
+    lines = dry(DENSE="1", ATTN="1", HEADS="0", TESTS="", E4B="0")
+    assert steps(lines) == ["attn", "dense", "31B", "report"]
+    assert lines[1].endswith("/h200_dense_head.json")
 
 
 def test_two_gpus_split_lanes() -> None:

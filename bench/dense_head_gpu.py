@@ -1,0 +1,89 @@
+"""A dense assistant head alone on CUDA (no engine): upstream's draft head (GEMM to
+full-vocabulary logits, soft-cap, argmax) against ``dense_head="fused"`` and ``"fp8"``
+(vllm_frozen_kv_mtp/dense_head.py), at the 31B assistant's head shape.
+
+    python bench/dense_head_gpu.py --rows 1,8,32,128 --json bench/results/h200_dense_head.json
+
+The table: 262144 x 1024 (``--vocab``, ``--hidden``), bf16, random weights. Each call is
+captured in a CUDA graph and replayed (median us per call). ``agree`` is the share of
+rows whose pick equals upstream's: 1.0 expected for "fused" up to bf16 near-ties of
+random weights, lower for "fp8" (quantised rows; drafts are verified, so only acceptance
+can move). Prints a JSON line per row count, then a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+SOFTCAP = 30.0  # Gemma 4's final_logit_softcapping
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rows", default="1,8,32,128")
+    ap.add_argument("--vocab", type=int, default=262144)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--replays", type=int, default=200)
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args()
+
+    import torch
+    from heads_gpu import time_graph  # type: ignore[import-not-found]
+
+    from vllm_frozen_kv_mtp.dense_head import dense_top_tokens, quantize_rows_fp8
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    weight = torch.randn(args.vocab, args.hidden, device="cuda", generator=g)
+    weight = (weight * args.hidden**-0.5).to(torch.bfloat16)
+    w8, scale = quantize_rows_fp8(weight)
+    suppress = torch.tensor([0, 1, 2], device="cuda")
+
+    def upstream(h: Any) -> Any:
+        logits = torch.nn.functional.linear(h, weight)
+        logits = torch.tanh(logits / SOFTCAP) * SOFTCAP
+        logits.index_fill_(1, suppress, float("-inf"))
+        return logits.argmax(dim=-1)
+
+    heads = {
+        "upstream": upstream,
+        "fused": lambda h: dense_top_tokens(h, weight, None, args.vocab, suppress),
+        "fp8": lambda h: dense_top_tokens(h, w8, scale, args.vocab, suppress),
+    }
+    out_rows: list[dict[str, Any]] = []
+    with torch.inference_mode():
+        for rows in (int(r) for r in args.rows.split(",")):
+            h = torch.randn(rows, args.hidden, device="cuda", generator=g).to(torch.bfloat16)
+            timed = {name: time_graph(fn, h, args.replays) for name, fn in heads.items()}
+            picks = timed["upstream"][1]
+            row = {
+                "rows": rows,
+                "vocab": args.vocab,
+                "hidden": args.hidden,
+                **{f"{n}_us": round(t, 2) for n, (t, _) in timed.items()},
+                **{
+                    f"{n}_agree": round(float((timed[n][1] == picks).float().mean()), 3)
+                    for n in ("fused", "fp8")
+                },
+            }
+            print("ROW", json.dumps(row), flush=True)
+            out_rows.append(row)
+    print("| rows | upstream us | fused us | fp8 us | fused agree | fp8 agree |")
+    print("|---|---|---|---|---|---|")
+    for r in out_rows:
+        print(
+            f"| {r['rows']} | {r['upstream_us']} | {r['fused_us']} | {r['fp8_us']} | "
+            f"{r['fused_agree']} | {r['fp8_agree']} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(out_rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
