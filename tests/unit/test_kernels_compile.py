@@ -175,10 +175,10 @@ def check_dense_head() -> None:
             SCALED=weight == "fp8e4nv", IEEE=hidden == "fp32", BIG=dh.BIG_ID,
         )  # fmt: skip
         compile_sm90(dh._dense_best_kernel, types, consts)
-    compile_sm90(
-        dh._dense_row_best_kernel,
-        _types(dh._dense_row_best_kernel, part_score_ptr="*fp32", out_ptr="*i64"),
-        dict(BLOCK=2048, BIG=dh.BIG_ID),
+    compile_sm90(  # the reduction over 2048 vocabulary blocks (262144 / BLOCK_N)
+        dh._row_best_kernel,
+        _types(dh._row_best_kernel, part_score_ptr="*fp32"),
+        dict(BLOCK_K=2048, BIG=dh.BIG_ID),
     )
     print("dense head kernels compile for sm_90")
 
