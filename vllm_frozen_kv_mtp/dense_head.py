@@ -168,18 +168,24 @@ def dense_top_tokens(
     scale: torch.Tensor | None,
     vocab: int,
     suppress: torch.Tensor | None = None,
+    block_n: int = BLOCK_N,
+    block_k: int = BLOCK_K,
+    max_block_m: int = MAX_BLOCK_M,
+    num_warps: int = 4,
+    num_stages: int = 3,
 ) -> torch.Tensor:
     """Each row's best token over the first ``vocab`` rows of ``weight`` (scaled per row
     when ``scale`` is given), lowest id among equal scores, ``suppress`` never picked.
-    Launch-only (no host sync), so it can be captured in a CUDA graph."""
+    Launch-only (no host sync), so it can be captured in a CUDA graph. The launch-shape
+    arguments are for ``bench/dense_head_gpu.py``'s sweep."""
     assert triton is not None, "Triton is not installed"
     rows, dim = hidden_states.shape
     dev = hidden_states.device
     out = torch.empty(rows, dtype=torch.int64, device=dev)
     if rows == 0:
         return out
-    num_blocks = triton.cdiv(vocab, BLOCK_N)
-    block_m = max(16, min(MAX_BLOCK_M, triton.next_power_of_2(rows)))  # tl.dot: >= 16
+    num_blocks = triton.cdiv(vocab, block_n)
+    block_m = max(16, min(max_block_m, triton.next_power_of_2(rows)))  # tl.dot: >= 16
     part_score = torch.empty(rows, num_blocks, dtype=torch.float32, device=dev)
     part_id = torch.empty(rows, num_blocks, dtype=torch.int64, device=dev)
     _dense_best_kernel[(triton.cdiv(rows, block_m), num_blocks)](
@@ -197,12 +203,13 @@ def dense_top_tokens(
         dim,
         num_blocks,
         BLOCK_M=block_m,
-        BLOCK_N=BLOCK_N,
-        BLOCK_K=BLOCK_K,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
         SCALED=scale is not None,
         IEEE=hidden_states.dtype == torch.float32,
         BIG=BIG_ID,
-        num_warps=4,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     # the centroid head's reduction: each row's best (score, lowest id) over its blocks
     _row_best_kernel[(rows,)](

@@ -51,6 +51,9 @@ def check() -> None:
         w8, scale = quantize_rows_fp8(weight, chunk=128)
         got = dense_top_tokens(hidden, w8, scale, vocab)
         assert torch.equal(got, dense_top_tokens_reference(hidden, w8, scale, vocab)), rows
+        # another launch shape (bench/dense_head_gpu.py sweeps them): the same picks
+        other = dense_top_tokens(hidden, w8, scale, vocab, block_n=64, block_k=32, max_block_m=16)
+        assert torch.equal(other, got), rows
     # equal scores: the lowest token id wins, across vocabulary blocks as well
     hidden, weight = make_case(2, 600, 32, 7)
     weight[[5, 300, 590]] = weight[400].clone()
