@@ -179,6 +179,9 @@ def dense_top_tokens(
     Launch-only (no host sync), so it can be captured in a CUDA graph. The launch-shape
     arguments are for ``bench/dense_head_gpu.py``'s sweep."""
     assert triton is not None, "Triton is not installed"
+    if hidden_states.stride(-1) != 1:  # the kernel steps through the hidden dim by 1
+        hidden_states = hidden_states.contiguous()
+    assert weight.stride(-1) == 1, "the head's rows must be contiguous"
     rows, dim = hidden_states.shape
     dev = hidden_states.device
     out = torch.empty(rows, dtype=torch.int64, device=dev)
