@@ -46,6 +46,9 @@ _LOGGED_HEADS: set[tuple[str, str]] = set()
 class FrozenKVMTPSpeculator(Gemma4Speculator):
     """Gemma 4 MTP drafting from one seed row per request, whole round in one graph."""
 
+    #: option dense_head's prepared head (load_model), None for upstream's
+    frozen_dense_head: DenseHead | None = None
+
     def __init__(self, vllm_config: Any, device: torch.device) -> None:
         super().__init__(vllm_config, device)
         options = options_from_vllm_config(vllm_config)
@@ -54,7 +57,6 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         self.frozen_stats = DraftStats()
         enable_frozen_runtime_fixes()
         self._kv_caches: list[torch.Tensor] = []
-        self.frozen_dense_head: DenseHead | None = None
         logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
 
     # ---- load-time guarantees -------------------------------------------------

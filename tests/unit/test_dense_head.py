@@ -104,3 +104,39 @@ def test_build_dense_head(mode: str) -> None:
         assert head.weight.dtype == torch.float8_e4m3fn and head.scale is not None
     assert build_dense_head(_model(centroids=True), mode) is None  # centroid_head's job
     assert build_dense_head(model, mode, tp_size=2) is None  # vocabulary-parallel
+
+
+def test_v2_sample_draft_uses_the_dense_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FrozenKVMTPSpeculator.sample_draft`` drafts a greedy round of a dense assistant
+    with the prepared head; a round that needs draft logits, and a head whose launch
+    failed (``top_tokens`` None), go to vLLM's own ``sample_draft``."""
+    import vllm_frozen_kv_mtp.speculator as speculator_module
+    from vllm_frozen_kv_mtp.config import FrozenKVOptions
+
+    cls = speculator_module.FrozenKVMTPSpeculator
+    seen: list[str] = []
+    monkeypatch.setattr(
+        cls.__mro__[1], "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
+    )
+
+    class Head:
+        failed = False
+
+        def top_tokens(self, h: torch.Tensor) -> torch.Tensor | None:
+            seen.append("dense")
+            return None if self.failed else h[:, 0].long()
+
+    spec = object.__new__(cls)  # not through the registry's dispatching __new__
+    spec.frozen_options = FrozenKVOptions(dense_head="fp8")
+    spec.acceptance_estimator = None
+    spec.model = SimpleNamespace(masked_embedding=None)
+    head = Head()
+    spec.frozen_dense_head = head
+    h = torch.arange(6.0).view(3, 2)
+    args = (h, None, None, None, None, None)
+    assert spec.sample_draft(*args, None).tolist() == [0, 2, 4]
+    spec.sample_draft(*args, torch.zeros(3, 8))  # draft logits wanted: vLLM's path
+    head.failed = True
+    spec.sample_draft(*args, None)
+    assert seen == ["dense", "upstream", "dense", "upstream"]
+    assert object.__new__(cls).frozen_dense_head is None  # upstream's head by default
