@@ -37,7 +37,6 @@ except ImportError:  # pragma: no cover - depends on the install
     triton = None
 
 from vllm_frozen_kv_mtp.centroid_kernel import BIG_ID
-from vllm_frozen_kv_mtp.config import DENSE_HEADS  # noqa: F401 - the option's values
 
 if triton is not None:
     from vllm_frozen_kv_mtp.centroid_kernel import _row_best_kernel

@@ -101,9 +101,6 @@ def _split_decode_class(base: type) -> type:
     return SplitDecodeTritonImpl
 
 
-_CLASSES: dict[type, type] = {}
-
-
 #: KV cache dtypes stored as FP8 E4M3 with one scale per tensor (vLLM's per-layer
 #: ``_k_scale``/``_v_scale``), which the kernel dequantises as vLLM's does
 FP8_PER_TENSOR = ("fp8", "fp8_e4m3")
@@ -127,6 +124,9 @@ def _window(impl: Any) -> int:
     """The keys a row reads in a sliding layer (vLLM keeps ``(left, 0)``), 0 if full."""
     left = impl.sliding_window[0]
     return left + 1 if left >= 0 else 0
+
+
+_CLASSES: dict[type, type] = {}
 
 
 def split_decode_class(base: type) -> type:

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from tests.unit.test_seed_rows import run_in_triton_interpreter
+from vllm_frozen_kv_mtp.config import DENSE_HEADS
 from vllm_frozen_kv_mtp.dense_head import (
-    DENSE_HEADS,
     FP8_MAX,
     build_dense_head,
     dense_top_tokens_reference,
