@@ -212,6 +212,7 @@ if triton is not None:
         softcap,
         k_scale_ptr,
         v_scale_ptr,
+        q_scale_ptr,
         window,
         num_splits,
         GROUP: tl.constexpr,
@@ -223,6 +224,7 @@ if triton is not None:
         SPLITS_PAD: tl.constexpr,
         USE_SOFTCAP: tl.constexpr,
         SCALED_KV: tl.constexpr,
+        SCALED_Q: tl.constexpr,
         DIRECT: tl.constexpr,
         IEEE: tl.constexpr,
         USE_DOT: tl.constexpr,
@@ -248,6 +250,8 @@ if triton is not None:
             mask=g_mask[:, None] & d_mask[None, :],
             other=0.0,
         )
+        if SCALED_Q:  # an FP8 query (vLLM quantises it for FP8 caches): compute in out's dtype
+            q = (q.to(tl.float32) * tl.load(q_scale_ptr)).to(out_ptr.dtype.element_ty)
         m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
         l_sum = tl.zeros([BLOCK_G], dtype=tl.float32)
         acc = tl.zeros([BLOCK_G, HEAD_PAD], dtype=tl.float32)
@@ -357,6 +361,7 @@ def decode_attention(
     num_splits: int | None = None,
     workspace: DecodeAttentionWorkspace | None = None,
     max_context: int | None = None,
+    q_scale: torch.Tensor | None = None,
     tile: int | None = None,
     num_warps: int = 4,
     mma: bool = True,
@@ -368,8 +373,9 @@ def decode_attention(
     to ``tile_keys``; ``num_warps`` per program; ``mma`` false scores on CUDA cores in
     fp32 instead of ``tl.dot`` over 16 padded rows (all three for launch-shape sweeps).
     ``k_scale``/``v_scale`` are one-element tensors for FP8 caches (vLLM's per-layer
-    scales). Launch-only: no host sync, so it can be captured in a CUDA graph with a
-    preallocated ``workspace``."""
+    scales), ``q_scale`` likewise for an FP8 ``q`` (vLLM quantises queries for FP8 caches
+    on CUDA; the kernel dequantises it and computes in ``out``'s dtype). Launch-only: no
+    host sync, so it can be captured in a CUDA graph with a preallocated ``workspace``."""
     assert triton is not None, "decode_attention needs Triton"
     rows, q_heads, head = q.shape
     block_size, kv_heads = key_cache.shape[1], key_cache.shape[2]
@@ -415,6 +421,7 @@ def decode_attention(
         softcap,
         k_scale if scaled else dummy,
         v_scale if scaled else dummy,
+        q_scale if q_scale is not None else dummy,
         window,
         num_splits,
         GROUP=group,
@@ -427,8 +434,9 @@ def decode_attention(
         SPLITS_PAD=splits_pad,
         USE_SOFTCAP=softcap > 0,
         SCALED_KV=scaled,
+        SCALED_Q=q_scale is not None,
         DIRECT=direct,
-        IEEE=q.dtype == torch.float32,
+        IEEE=out.dtype == torch.float32,  # the compute dtype: q's, or out's for an FP8 q
         USE_DOT=mma,
         num_warps=num_warps,
     )

@@ -4,12 +4,13 @@ decode batches with ``decode_attention_kernel`` (Model Runner V2, opt-in).
 Each drafter attention layer keeps vLLM's ``TritonAttentionImpl`` object, metadata
 builder and KV-sharing wiring; only the class of that one object changes, to a subclass
 whose ``forward`` calls the split decode kernel when the batch is one query row per
-request over an unquantised or FP8 (per-tensor scale) cache, and vLLM's own ``forward``
-otherwise (profiling runs, per-token-head quantised KV, FP8 queries, sinks, ALiBi,
-multimodal prefix ranges, output quantisation, a batch larger than the workspace). The
-target's layers are never touched. All drafter layers share one workspace, sized at load
-for the largest split batch up to ``max_num_reqs`` rows (batches that fill the GPU take
-one split and need none), so the calls can be captured in the round's CUDA graph.
+request over an unquantised or FP8 (per-tensor scale) cache, FP8 queries included, and
+vLLM's own ``forward`` otherwise (profiling runs, per-token-head quantised KV, per-head
+query scales, sinks, ALiBi, multimodal prefix ranges, output quantisation, a batch
+larger than the workspace). The target's layers are never touched. All drafter layers
+share one workspace, sized at load for the largest split batch up to ``max_num_reqs``
+rows (batches that fill the GPU take one split and need none), so the calls can be
+captured in the round's CUDA graph.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _split_decode_class(base: type) -> type:
                 if kv is not None and self.frozen_workspace.fits(
                     n, self.num_heads, splits, self.head_size
                 ):
-                    key_cache, value_cache, k_scale, v_scale = kv
+                    key_cache, value_cache, k_scale, v_scale, q_scale = kv
                     decode_attention(
                         query[:n],
                         key_cache,
@@ -79,6 +80,7 @@ def _split_decode_class(base: type) -> type:
                         v_scale,
                         num_splits=splits,
                         workspace=self.frozen_workspace,
+                        q_scale=q_scale,
                     )
                     global SPLIT_CALLS
                     SPLIT_CALLS += 1
@@ -107,17 +109,24 @@ FP8_PER_TENSOR = ("fp8", "fp8_e4m3")
 
 
 def kv_views(impl: Any, layer: Any, kv_cache: torch.Tensor, query: torch.Tensor) -> Any:
-    """(K, V, K scale, V scale) views of vLLM's ``[blocks, KV heads, block, 2 x head]``
-    cache for the kernel, the scales None when unquantised; None when the kernel cannot
-    read it (a cache dtype other than the query's that is not FP8 per tensor, or FP8
-    queries)."""
+    """(K, V, K scale, V scale, Q scale) for the kernel from vLLM's ``[blocks, KV heads,
+    block, 2 x head]`` cache; the scales None when unquantised, the Q scale None unless
+    the query is FP8 (vLLM's ``Attention`` quantises queries for FP8 caches on CUDA,
+    with one scale per tensor or per KV head). None when the kernel cannot read it: a
+    cache dtype other than the query's that is not FP8 per tensor, or per-head Q scales.
+    """
     key_cache, value_cache = kv_cache.transpose(1, 2).split(impl.head_size, dim=-1)
-    if key_cache.dtype == query.dtype:
-        return key_cache, value_cache, None, None
     fp8 = getattr(impl, "fp8_dtype", None)
-    if impl.kv_cache_dtype not in FP8_PER_TENSOR or fp8 is None or query.dtype == fp8:
+    if key_cache.dtype == query.dtype != fp8:
+        return key_cache, value_cache, None, None, None
+    if impl.kv_cache_dtype not in FP8_PER_TENSOR or fp8 is None:
         return None
-    return key_cache.view(fp8), value_cache.view(fp8), layer._k_scale, layer._v_scale
+    q_scale = None
+    if query.dtype == fp8:
+        q_scale = getattr(layer, "_q_scale", None)
+        if q_scale is None or q_scale.numel() != 1:
+            return None
+    return key_cache.view(fp8), value_cache.view(fp8), layer._k_scale, layer._v_scale, q_scale
 
 
 def _window(impl: Any) -> int:

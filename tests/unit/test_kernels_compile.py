@@ -41,14 +41,15 @@ def compile_sm90(kernel: Any, types: dict[str, str], consts: dict[str, Any]) -> 
     )
 
 
-def _split_types(dtype: str, kv_dtype: str) -> dict[str, str]:
+def _split_types(dtype: str, kv_dtype: str, q_dtype: str | None = None) -> dict[str, str]:
     from vllm_frozen_kv_mtp.decode_attention_kernel import _decode_split_kernel
 
     types = {}
     for name in inspect.signature(_decode_split_kernel.fn).parameters:
         types[name] = "*fp32" if name.endswith("_ptr") else "i32"
     types.update(scale="fp32", softcap="fp32", block_table_ptr="*i32", seq_lens_ptr="*i32")
-    types.update(q_ptr=f"*{dtype}", out_ptr=f"*{dtype}", k_ptr=f"*{kv_dtype}", v_ptr=f"*{kv_dtype}")
+    types.update(q_ptr=f"*{q_dtype or dtype}", out_ptr=f"*{dtype}")
+    types.update(k_ptr=f"*{kv_dtype}", v_ptr=f"*{kv_dtype}")
     return types
 
 
@@ -61,22 +62,27 @@ def check_decode_attention() -> None:
         tile_keys,
     )
 
-    variants = [  # (dtype, head, direct, fp8 KV, softcap, MMA)
-        ("bf16", 256, False, False, False, True),
-        ("bf16", 512, True, False, False, True),
-        ("bf16", 512, False, False, True, True),
-        ("bf16", 256, False, True, False, True),
-        ("fp32", 64, False, False, False, True),
-        ("bf16", 256, False, False, False, False),
-        ("bf16", 512, True, False, False, False),
+    variants = [  # (dtype, head, direct, fp8 KV (2: and an FP8 query), softcap, MMA)
+        ("bf16", 256, False, 0, False, True),
+        ("bf16", 512, True, 0, False, True),
+        ("bf16", 512, False, 0, True, True),
+        ("bf16", 256, False, 1, False, True),
+        ("bf16", 256, False, 2, False, True),
+        ("bf16", 512, True, 2, False, True),
+        ("fp32", 64, False, 0, False, True),
+        ("bf16", 256, False, 0, False, False),
+        ("bf16", 512, True, 0, False, False),
     ]
     for dtype, head, direct, fp8, softcap, mma in variants:
         consts = dict(
             GROUP=2, BLOCK_G=16 if mma else 2, HEAD=head, HEAD_PAD=head, BLOCK_SIZE=16,
             TILE=tile_keys(head) if mma else 16, SPLITS_PAD=4, USE_SOFTCAP=softcap,
-            SCALED_KV=fp8, DIRECT=direct, IEEE=dtype == "fp32", USE_DOT=mma,
+            SCALED_KV=fp8 > 0, SCALED_Q=fp8 == 2, DIRECT=direct, IEEE=dtype == "fp32",
+            USE_DOT=mma,
         )  # fmt: skip
-        compile_sm90(_decode_split_kernel, _split_types(dtype, "fp8e4nv" if fp8 else dtype), consts)
+        kv = "fp8e4nv" if fp8 else dtype
+        types = _split_types(dtype, kv, "fp8e4nv" if fp8 == 2 else None)
+        compile_sm90(_decode_split_kernel, types, consts)
     merge_types = {
         name: "*fp32" if name.endswith("_ptr") else "i32"
         for name in inspect.signature(_decode_merge_kernel.fn).parameters

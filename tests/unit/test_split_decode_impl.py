@@ -110,6 +110,17 @@ def check() -> None:
         q, k8, v8, metadata.block_table, metadata.seq_lens, 0.0625, 24, 0.0, 2.0, 0.5
     )
     assert float((out - want).abs().max()) < 1e-4, "fp8"
+    # On CUDA vLLM's Attention quantises the query as well for FP8 caches (one scale per
+    # tensor) and hands an output in the model's dtype: the kernel dequantises the query.
+    scaled.__dict__["_q_scale"] = torch.tensor([0.25])
+    q8 = (q / 0.25).to(torch.float8_e4m3fn)
+    out = torch.full_like(q, float("nan"))
+    impl.forward(scaled, q8, None, None, kv8.view(torch.uint8), metadata, out)
+    want = decode_attention_reference(
+        q8.float() * 0.25, k8, v8, metadata.block_table, metadata.seq_lens, 0.0625, 24, 0.0,
+        2.0, 0.5,
+    )  # fmt: skip
+    assert float((out - want).abs().max()) < 1e-4, "fp8 query"
 
     # Not one row per request: vLLM's forward (the base class) runs it.
     impl = _impl(24)
@@ -123,15 +134,21 @@ def check() -> None:
     e5m2.__class__ = split_decode_class(Recording)
     e5m2.frozen_workspace = workspace
     e5m2.forward(scaled, q, None, None, kv8.view(torch.uint8), metadata, out)
-    assert calls == [3, 3, 3, 3]
+    per_head = _impl(24, "fp8")  # per-KV-head query scales: not the kernel's
+    per_head.__class__ = split_decode_class(Recording)
+    per_head.frozen_workspace = workspace
+    two = SimpleNamespace(_k_scale=scaled._k_scale, _v_scale=scaled._v_scale,
+                          _q_scale=torch.tensor([0.25, 0.5]))  # fmt: skip
+    per_head.forward(two, q8, None, None, kv8.view(torch.uint8), metadata, out)
+    assert calls == [3, 3, 3, 3, 3]
     from vllm_frozen_kv_mtp import split_decode_impl
 
     counts = split_decode_impl.SPLIT_CALLS, split_decode_impl.FALLBACKS
     impl.forward(None, q, None, None, kv_cache, metadata, out)
-    assert calls == [3, 3, 3, 3] and out.abs().sum() > 0
-    # the two layers and the FP8 call above; three fallbacks with metadata
-    assert counts == (3, 3), counts
-    assert split_decode_impl.SPLIT_CALLS == 4
+    assert calls == [3, 3, 3, 3, 3] and out.abs().sum() > 0
+    # the two layers and the two FP8 calls above; four fallbacks with metadata
+    assert counts == (4, 4), counts
+    assert split_decode_impl.SPLIT_CALLS == 5
     print("split decode impl matches the reference and falls back")
 
 
