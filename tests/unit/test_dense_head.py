@@ -18,6 +18,7 @@ from tests.unit.test_seed_rows import run_in_triton_interpreter
 from vllm_frozen_kv_mtp.config import DENSE_HEADS
 from vllm_frozen_kv_mtp.dense_head import (
     FP8_MAX,
+    FP8_MAX_ROWS,
     build_dense_head,
     dense_top_tokens_reference,
     quantize_rows_fp8,
@@ -54,6 +55,8 @@ def check() -> None:
         # another launch shape (bench/dense_head_gpu.py sweeps them): the same picks
         other = dense_top_tokens(hidden, w8, scale, vocab, block_n=64, block_k=32, max_block_m=16)
         assert torch.equal(other, got), rows
+        wide = dense_top_tokens(hidden, w8, scale, vocab, block_k=128)  # small batches' shape
+        assert torch.equal(wide, got), rows
     # equal scores: the lowest token id wins, across vocabulary blocks as well. Small
     # integers make every score exact in fp32 whatever the summation order (BLAS may sum
     # columns at different block positions differently), so the four rows truly tie.
@@ -103,8 +106,24 @@ def test_build_dense_head(mode: str) -> None:
     assert head.suppress is model._suppress_idx
     if mode == "fused":
         assert head.weight is model.lm_head.weight and head.scale is None
+        assert head.table is None
+        for rows in (1, 32, 128):  # one launch shape, the loaded table
+            assert head.launch(rows) == (head.weight, None, {})
     else:
         assert head.weight.dtype == torch.float8_e4m3fn and head.scale is not None
+        assert head.table is model.lm_head.weight
+        # the FP8 copy up to FP8_MAX_ROWS rows (128-wide hidden chunks up to 8), then
+        # the loaded table, whose launch was faster at 128 rows on the H200
+        for rows, (weight, scale, shape) in (
+            (1, (head.weight, head.scale, {"block_k": 128})),
+            (8, (head.weight, head.scale, {"block_k": 128})),
+            (16, (head.weight, head.scale, {})),
+            (FP8_MAX_ROWS, (head.weight, head.scale, {})),
+            (FP8_MAX_ROWS + 1, (head.table, None, {})),
+            (128, (head.table, None, {})),
+        ):
+            got = head.launch(rows)
+            assert got[0] is weight and got[1] is scale and got[2] == shape, rows
     assert build_dense_head(_model(centroids=True), mode) is None  # centroid_head's job
     assert build_dense_head(model, mode, tp_size=2) is None  # vocabulary-parallel
 

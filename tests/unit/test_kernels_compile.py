@@ -162,11 +162,14 @@ def test_centroid_and_seed_kernels_compile_for_sm90() -> None:
 
 def check_dense_head() -> None:
     """Run inside the subprocess: the dense head at 31B's head shape (hidden 1024), bf16
-    hidden states over bf16 or FP8 rows, fp32 with IEEE dots, one and four row blocks."""
+    hidden states over bf16 or FP8 rows (FP8 also in 128-wide hidden chunks, as small
+    batches launch it), fp32 with IEEE dots, one and four row blocks."""
     from vllm_frozen_kv_mtp import dense_head as dh
 
-    for hidden, weight, rows_block in (("bf16", "bf16", 16), ("bf16", "fp8e4nv", 64),
-                                       ("fp32", "fp32", 16)):  # fmt: skip
+    for hidden, weight, rows_block, block_k in (
+        ("bf16", "bf16", 16, dh.BLOCK_K), ("bf16", "fp8e4nv", 64, dh.BLOCK_K),
+        ("bf16", "fp8e4nv", 16, dh.FP8_WIDE_K), ("fp32", "fp32", 16, dh.BLOCK_K),
+    ):  # fmt: skip
         types = _types(
             dh._dense_best_kernel,
             hidden_ptr=f"*{hidden}",
@@ -177,7 +180,7 @@ def check_dense_head() -> None:
             part_id_ptr="*i64",
         )
         consts = dict(
-            BLOCK_M=rows_block, BLOCK_N=dh.BLOCK_N, BLOCK_K=dh.BLOCK_K,
+            BLOCK_M=rows_block, BLOCK_N=dh.BLOCK_N, BLOCK_K=block_k,
             SCALED=weight == "fp8e4nv", IEEE=hidden == "fp32", BIG=dh.BIG_ID,
         )  # fmt: skip
         compile_sm90(dh._dense_best_kernel, types, consts)
