@@ -158,7 +158,8 @@ class DenseHead:
             return self.weight, None, {}
         if rows > FP8_MAX_ROWS and self.table is not None:
             return self.table, None, {}
-        return self.weight, self.scale, {"block_k": FP8_WIDE_K} if rows <= FP8_WIDE_K_ROWS else {}
+        shape = {"block_k": FP8_WIDE_K} if rows <= FP8_WIDE_K_ROWS else {}
+        return self.weight, self.scale, shape
 
     def top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """``[T]`` int64 token ids, each row's best-scoring token; None if the launch
