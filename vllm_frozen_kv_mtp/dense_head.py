@@ -284,7 +284,9 @@ def build_dense_head(model: Any, mode: str, tp_size: int = 1) -> DenseHead | Non
         mode,
         vocab,
         weight.shape[1],
-        " (FP8 E4M3 weights, one scale per row)" if scale is not None else "",
+        f" (FP8 E4M3 weights, one scale per row, for batches of up to {FP8_MAX_ROWS} rows)"
+        if scale is not None
+        else "",
     )
     return DenseHead(
         weight=weight,
