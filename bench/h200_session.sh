@@ -242,7 +242,8 @@ plan) plan ;;
 dry)
   # The plan with every python and nvidia-smi call replaced by a line in $W/dry.log
   # (tests/unit/test_h200_session.py): which steps, flags and methods an env would run.
-  # H200_GPUS: GPUs to pretend; H200_DRY_ATTN: the row count attn_gpu.py "recommends".
+  # H200_GPUS: GPUs to pretend; H200_DRY_ATTN: the row count attn_gpu.py "recommends";
+  # H200_ESTIMATE=0: no time estimate at the end (it collects the selected GPU tests).
   W=${H200_DRY_DIR:-$(mktemp -d)} # H200_DRY_DIR (tests): a kept folder with earlier logs
   python() {
     echo "${CUDA_VISIBLE_DEVICES:+gpu$CUDA_VISIBLE_DEVICES }${VLLM_USE_V2_MODEL_RUNNER:+v2=$VLLM_USE_V2_MODEL_RUNNER }python $*" >>$W/dry.log
@@ -252,6 +253,10 @@ dry)
   nvidia-smi() { [ "${1:-}" = -L ] && seq "${H200_GPUS:-1}" | sed 's/^/GPU /'; return 0; }
   plan
   cat $W/dry.log
+  if [ "${H200_ESTIMATE:-1}" = 1 ]; then # the plan's rough wall time (bench/plan_estimate.py)
+    py=$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
+    command "$py" bench/plan_estimate.py $W/dry.log
+  fi
   [ -n "${H200_DRY_DIR:-}" ] || rm -rf "$W"
   ;;
 wait)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,24 +38,29 @@ PLAN_ENV = (
     "PROFILE_MODEL",
     "ATTN_SHAPES",
     "DENSE",
+    "H200_ESTIMATE",
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 
-def dry(**env: str) -> list[str]:
-    """The plan's python calls under ``env``, one line each."""
+def dry_output(**env: str) -> str:
+    """``dry``'s whole output under ``env`` (no time estimate unless H200_ESTIMATE=1)."""
     base = {k: v for k, v in os.environ.items() if k not in PLAN_ENV}
-    out = subprocess.run(
+    return subprocess.run(
         ["bash", str(SCRIPT), "dry"],
         cwd=SCRIPT.parents[1],
-        env={**base, **env},
+        env={**base, "H200_ESTIMATE": "0", **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,
         check=True,
     ).stdout
-    return [line for line in out.splitlines() if "python" in line]
+
+
+def dry(**env: str) -> list[str]:
+    """The plan's python calls under ``env``, one line each."""
+    return [line for line in dry_output(**env).splitlines() if "python" in line]
 
 
 #: (text in a logged call, step name; "{runner}" = v1 under VLLM_USE_V2_MODEL_RUNNER=0)
@@ -196,3 +202,40 @@ def test_reset_lets_a_second_plan_wait_and_keeps_rows(tmp_path: Path) -> None:
     assert (tmp_path / "bench_31B.log").read_text() == "31B engine log\n"
     dry(E4B="0", BENCH_31B="0", TESTS="", HEADS="0", H200_DRY_DIR=str(tmp_path))
     assert (tmp_path / "bench_E4B.log").read_text() == "skipped\n"
+
+
+@pytest.mark.parametrize(
+    ("env", "measured_s"),
+    [
+        (  # run K31: "plan done after 1525 s"
+            dict(E4B="0", TESTS="v2", TESTS_FIRST="1", V2_TESTS="split or dense", HEADS="0",
+                 ATTN="1", ATTN_SHAPES="31B E4B", DENSE="1", LATE_S="3000",
+                 B31_METHODS="none,mtp,frozen_kv_mtp:draft_attention=split/dense_head=fp8,frozen_kv_mtp",
+                 B31_ARGS="--concurrency 1,8,32 --ttft 1024 --profile-at 32 --profile-ttft 1024"),
+            1525,
+        ),
+        (dict(E4B="0", TESTS="", HEADS="0"), 785),  # run I31: "plan done after 785 s"
+    ],
+)  # fmt: skip
+def test_dry_estimates_measured_plans(env: dict[str, str], measured_s: int) -> None:
+    """``dry`` ends with the plan's estimated wall time, within 10% of what the same
+    plan took on the H200."""
+    last = dry_output(H200_ESTIMATE="1", **env).splitlines()[-1]
+    assert last.startswith("estimated: "), last
+    estimated = int(last.split()[1])
+    assert abs(estimated - measured_s) <= 0.1 * measured_s, (estimated, measured_s, last)
+
+
+def test_plan_estimate_counts_each_step() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    from plan_estimate import METHOD_S, TEST_S, TESTS_BASE_S, step_seconds
+
+    bench = "python bench/bench_gpu.py all --models 31B --methods none,mtp --concurrency 1,32"
+    bench += " --ttft 1024"
+    one = step_seconds(bench.replace("none,mtp", "mtp"))
+    assert one > METHOD_S and step_seconds(bench) == 2 * one  # per method
+    longer = bench.replace("--ttft 1024", "--ttft 1024,8192")
+    assert step_seconds(longer) > step_seconds(bench)  # an 8k TTFT costs more
+    tests = "gpu0 v2=1 python -m pytest tests/gpu -q -k split --ignore=tests/gpu/test_gpu_tp2.py"
+    assert step_seconds(tests, lambda line: 3) == TESTS_BASE_S + 3 * TEST_S
+    assert step_seconds("python bench/bench_gpu.py report x.jsonl") == 0

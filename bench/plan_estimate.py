@@ -1,0 +1,132 @@
+"""Rough wall time of an H200 plan, from the calls ``bench/h200_session.sh dry`` lists.
+
+A session has 30 device-minutes, and a plan that runs past them loses what it has not
+packed yet (run H2 lost its frozen rows that way). ``dry`` prints this estimate after
+the steps:
+
+    E4B=0 TESTS=v2 ... bash bench/h200_session.sh dry      # ends with "estimated: ..."
+    python bench/plan_estimate.py dry.log                   # or on a saved call list
+
+The costs are fitted to measured plans on a one-GPU H200 (16 cores), so they are rough:
+run K31 (attention sweeps at 31B and E4B, the dense head, 5 V2 tests, 4 31B methods at
+3 concurrencies with the 1k TTFT: 1525 s) and run J (the E4B sweep, 1 V2 test, 4 E4B
+methods at 2 concurrencies with the 1k TTFT, a graph-mode profile: 1371 s). An engine
+load (compile, CUDA graphs, dummy weights) is most of a bench method's time, at E4B and
+31B alike. Device time also counts machine start and the two setup calls (~1-2 min).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+#: seconds: one bench method (engine load and warm-up), each concurrency, each TTFT
+#: length (8k: 5 prompts of 8192 tokens), each profiled point
+METHOD_S, CONCURRENCY_S, TTFT_S, TTFT_8K_S, PROFILE_AT_S = 180, 8, 10, 40, 5
+#: the attention sweep per drafter shape, the dense head, the centroid heads
+ATTN_S = {"31B": 257, "E4B": 135}
+DENSE_S, HEADS_S = 45, 40
+#: GPU tests: pytest start-up, then each selected test (two or three engines each)
+TESTS_BASE_S, TEST_S = 60, 35
+#: a kernel profile of one draft round (profile_draft_gpu.py: its own engine)
+PROFILE_S = 200
+#: bench_gpu.py's defaults when a flag is absent
+DEFAULT_CONCURRENCY, DEFAULT_TTFT = "1,8,32,128", "1024,8192"
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _flag(line: str, name: str, default: str = "") -> str:
+    m = re.search(rf"{name} (\S+)", line)
+    return m.group(1) if m else default
+
+
+def _count(csv: str) -> int:
+    return len([x for x in csv.split(",") if x])
+
+
+def count_gpu_tests(line: str) -> int:
+    """How many GPU tests a logged pytest call selects: pytest's own collection here
+    (the tests skip without CUDA, but collect)."""
+    args = ["tests/gpu", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    m = re.search(r" -k (.+?) --ignore", line)
+    if m:
+        args += ["-k", m.group(1)]
+    if "--ignore=tests/gpu/test_gpu_tp2.py" in line:
+        args.append("--ignore=tests/gpu/test_gpu_tp2.py")
+    if "test_gpu_tp2.py -q" in line:
+        args[0] = "tests/gpu/test_gpu_tp2.py"
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    m = re.search(r"(\d+)(?:/\d+)? tests? collected", out)
+    return int(m.group(1)) if m else 0
+
+
+def step_seconds(line: str, count_tests: Callable[[str], int] = count_gpu_tests) -> float:
+    """The estimated seconds of one logged call (0 for the report)."""
+    if "attn_gpu.py" in line:
+        return ATTN_S.get(_flag(line, "--shape", "E4B"), ATTN_S["31B"])
+    if "dense_head_gpu.py" in line:
+        return DENSE_S
+    if "heads_gpu.py" in line:
+        return HEADS_S
+    if "profile_draft_gpu.py" in line:
+        return PROFILE_S
+    if "pytest" in line:
+        return TESTS_BASE_S + TEST_S * count_tests(line)
+    if "bench_gpu.py all" in line:
+        methods = _count(_flag(line, "--methods", "frozen_kv_mtp,mtp,none"))
+        ttft = _flag(line, "--ttft", DEFAULT_TTFT).split(",")
+        profiled = _count(_flag(line, "--profile-at")) + _count(_flag(line, "--profile-ttft"))
+        per_method = (
+            METHOD_S
+            + CONCURRENCY_S * _count(_flag(line, "--concurrency", DEFAULT_CONCURRENCY))
+            + sum(TTFT_8K_S if int(t) > 4096 else TTFT_S for t in ttft if t)
+            + PROFILE_AT_S * profiled
+        )
+        return methods * per_method
+    return 0.0
+
+
+def estimate(lines: list[str], count_tests: Callable[[str], int] = count_gpu_tests) -> str:
+    """'estimated: N s (M min) of plan: step s + ...' for the plan's logged calls."""
+    parts = [(line, step_seconds(line, count_tests)) for line in lines if "python" in line]
+    total = sum(s for _, s in parts)
+    named = " + ".join(f"{_name(line)} {s:.0f}" for line, s in parts if s)
+    return f"estimated: {total:.0f} s ({total / 60:.1f} min) of plan: {named}"
+
+
+def _name(line: str) -> str:
+    for marker, name in (
+        ("attn_gpu.py", "attn"),
+        ("dense_head_gpu.py", "dense"),
+        ("heads_gpu.py", "heads"),
+        ("profile_draft_gpu.py", "profile"),
+        ("pytest", "tests"),
+        ("--models E4B", "E4B"),
+        ("--models 31B", "31B"),
+        ("--models 26B-A4B", "26B"),
+    ):
+        if marker in line:
+            return name
+    return "step"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("calls", help="the call list h200_session.sh dry writes (one per line)")
+    args = ap.parse_args()
+    print(estimate(Path(args.calls).read_text().splitlines()))
+
+
+if __name__ == "__main__":
+    main()
