@@ -27,13 +27,13 @@ from pathlib import Path
 #: seconds: one bench method (engine load and warm-up), each concurrency, each TTFT
 #: length (8k: 5 prompts of 8192 tokens), each profiled point
 METHOD_S, CONCURRENCY_S, TTFT_S, TTFT_8K_S, PROFILE_AT_S = 180, 8, 10, 40, 5
-#: the attention sweep per drafter shape, the dense head, the centroid heads
+#: the attention sweep per drafter shape; the steps of a fixed cost: the dense head, the
+#: centroid heads, a kernel profile of one draft round (profile_draft_gpu.py: its own
+#: engine)
 ATTN_S = {"31B": 257, "E4B": 135}
-DENSE_S, HEADS_S = 45, 40
+FIXED_S = {"dense": 45, "heads": 40, "profile": 200}
 #: GPU tests: pytest start-up, then each selected test (two or three engines each)
 TESTS_BASE_S, TEST_S = 60, 35
-#: a kernel profile of one draft round (profile_draft_gpu.py: its own engine)
-PROFILE_S = 200
 #: bench_gpu.py's defaults when a flag is absent
 DEFAULT_CONCURRENCY, DEFAULT_TTFT = "1,8,32,128", "1024,8192"
 
@@ -60,30 +60,34 @@ def count_gpu_tests(line: str) -> int:
         args.append("--ignore=tests/gpu/test_gpu_tp2.py")
     if "test_gpu_tp2.py -q" in line:
         args[0] = "tests/gpu/test_gpu_tp2.py"
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "pytest", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
-    ).stdout
-    m = re.search(r"(\d+)(?:/\d+)? tests? collected", out)
-    return int(m.group(1)) if m else 0
+    )
+    if re.search(r"^no tests collected", done.stdout, re.M):  # -k matched none
+        return 0
+    m = re.search(r"(\d+)(?:/\d+)? tests? collected", done.stdout)
+    if m is None:  # e.g. no pytest in this Python: say so rather than estimate 0 tests
+        raise RuntimeError(
+            f"could not count the GPU tests of {line!r} with {sys.executable} -m pytest: "
+            + (done.stdout + done.stderr)[-500:]
+        )
+    return int(m.group(1))
 
 
 def step_seconds(line: str, count_tests: Callable[[str], int] = count_gpu_tests) -> float:
     """The estimated seconds of one logged call (0 for the report)."""
-    if "attn_gpu.py" in line:
+    step = step_name(line)
+    if step == "attn":
         return ATTN_S.get(_flag(line, "--shape", "E4B"), ATTN_S["31B"])
-    if "dense_head_gpu.py" in line:
-        return DENSE_S
-    if "heads_gpu.py" in line:
-        return HEADS_S
-    if "profile_draft_gpu.py" in line:
-        return PROFILE_S
-    if "pytest" in line:
+    if step in FIXED_S:
+        return FIXED_S[step]
+    if step == "tests":
         return TESTS_BASE_S + TEST_S * count_tests(line)
-    if "bench_gpu.py all" in line:
+    if step in ("E4B", "31B", "26B"):
         methods = _count(_flag(line, "--methods", "frozen_kv_mtp,mtp,none"))
         ttft = _flag(line, "--ttft", DEFAULT_TTFT).split(",")
         profiled = _count(_flag(line, "--profile-at")) + _count(_flag(line, "--profile-ttft"))
@@ -101,24 +105,25 @@ def estimate(lines: list[str], count_tests: Callable[[str], int] = count_gpu_tes
     """'estimated: N s (M min) of plan: step s + ...' for the plan's logged calls."""
     parts = [(line, step_seconds(line, count_tests)) for line in lines if "python" in line]
     total = sum(s for _, s in parts)
-    named = " + ".join(f"{_name(line)} {s:.0f}" for line, s in parts if s)
+    named = " + ".join(f"{step_name(line)} {s:.0f}" for line, s in parts if s)
     return f"estimated: {total:.0f} s ({total / 60:.1f} min) of plan: {named}"
 
 
-def _name(line: str) -> str:
-    for marker, name in (
-        ("attn_gpu.py", "attn"),
-        ("dense_head_gpu.py", "dense"),
-        ("heads_gpu.py", "heads"),
-        ("profile_draft_gpu.py", "profile"),
-        ("pytest", "tests"),
-        ("--models E4B", "E4B"),
-        ("--models 31B", "31B"),
-        ("--models 26B-A4B", "26B"),
-    ):
-        if marker in line:
-            return name
-    return "step"
+#: (text in a logged call, its step), first match wins; the report matches none
+STEPS = (
+    ("attn_gpu.py", "attn"),
+    ("dense_head_gpu.py", "dense"),
+    ("heads_gpu.py", "heads"),
+    ("profile_draft_gpu.py", "profile"),
+    ("pytest", "tests"),
+    ("bench_gpu.py all --models E4B", "E4B"),
+    ("bench_gpu.py all --models 31B", "31B"),
+    ("bench_gpu.py all --models 26B-A4B", "26B"),
+)
+
+
+def step_name(line: str) -> str:
+    return next((name for marker, name in STEPS if marker in line), "other")
 
 
 def main() -> None:

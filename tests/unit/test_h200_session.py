@@ -228,7 +228,7 @@ def test_dry_estimates_measured_plans(env: dict[str, str], measured_s: int) -> N
 
 def test_plan_estimate_counts_each_step() -> None:
     sys.path.insert(0, str(SCRIPT.parent))
-    from plan_estimate import METHOD_S, TEST_S, TESTS_BASE_S, step_seconds
+    from plan_estimate import METHOD_S, TEST_S, TESTS_BASE_S, count_gpu_tests, step_seconds
 
     bench = "python bench/bench_gpu.py all --models 31B --methods none,mtp --concurrency 1,32"
     bench += " --ttft 1024"
@@ -238,4 +238,7 @@ def test_plan_estimate_counts_each_step() -> None:
     assert step_seconds(longer) > step_seconds(bench)  # an 8k TTFT costs more
     tests = "gpu0 v2=1 python -m pytest tests/gpu -q -k split --ignore=tests/gpu/test_gpu_tp2.py"
     assert step_seconds(tests, lambda line: 3) == TESTS_BASE_S + 3 * TEST_S
+    # pytest's own collection: a -k that matches nothing selects 0 tests
+    assert count_gpu_tests(tests) >= 1
+    assert count_gpu_tests(tests.replace("-k split", "-k no_such_test")) == 0
     assert step_seconds("python bench/bench_gpu.py report x.jsonl") == 0
