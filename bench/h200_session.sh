@@ -6,7 +6,7 @@
 #   bash bench/h200_session.sh start        # launch the plan, return at once
 #     (env: E4B_METHODS, e.g. "frozen_kv_mtp,frozen_kv_mtp:centroid_head=dense,mtp,none";
 #      E4B_RUNNERS, "v2" (default) or "v2 v1" for the V1 runner as well;
-#      RUN, the label stored in the rows; V2_TESTS, a pytest -k expression; LATE_S)
+#      RUN, the label stored in the rows; V2_TESTS and V1_TESTS, pytest -k expressions; LATE_S)
 #   bash bench/h200_session.sh wait 560     # follow it up to 560 s; pack logs into $OUT
 #   bash bench/h200_session.sh dry          # no GPU: list the steps this env would run
 #   (start runs `reset` first: a second plan on the same warm machine keeps the first
@@ -90,9 +90,9 @@ bench_26b() { # the bundle lacks the MoE kernels (BENCHMARKS.md); only with RUN_
     >$W/bench_26B.log 2>&1
 }
 
-tests_v1() {
+tests_v1() { # V1_TESTS="a pytest -k expression" narrows them; default: all but TP=2
   CUDA_VISIBLE_DEVICES=$1 VLLM_USE_V2_MODEL_RUNNER=0 python -m pytest tests/gpu -q -s -rA \
-    -p no:cacheprovider --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v1.log 2>&1
+    -p no:cacheprovider ${V1_TESTS:+-k "$V1_TESTS"} --ignore=tests/gpu/test_gpu_tp2.py >$W/test_v1.log 2>&1
 }
 
 tests_v2() { # V2_TESTS="a pytest -k expression" narrows them; default: all but TP=2
