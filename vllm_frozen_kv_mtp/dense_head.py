@@ -20,10 +20,11 @@ monotonic, so the pick needs none.
   does: at 128 rows that launch was the faster of the two.
 
 Model Runner V2, one GPU per drafter (vocabulary-parallel heads, TP > 1, keep
-upstream's head). On the H200 (run K31, the 31B head alone): upstream 145.5 / 194.6 /
-310.4 us per call at 1 / 32 / 128 rows, ``fused`` 133.7 / 137.1 / 226.4 with the same
-picks, ``fp8`` 110.6 / 117.3 / 267.5. The CPU tests check the picks against a torch
-reference in Triton's interpreter and compile the kernels for sm_90.
+upstream's head). On the H200 (run L31, the 31B head alone): upstream 142.2 / 189.6 /
+308.1 us per call at 1 / 32 / 128 rows, ``fused`` 128.4 / 132.1 / 222.0 with the same
+picks, ``fp8`` as launched 96.2 / 116.2 / 245.2 (run K31: within 5%). The CPU tests
+check the picks against a torch reference in Triton's interpreter and compile the
+kernels for sm_90.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ BLOCK_N, BLOCK_K, MAX_BLOCK_M = 128, 64, 64
 #: the loaded table, and batches of up to FP8_WIDE_K_ROWS rows in hidden chunks of
 #: FP8_WIDE_K. On the H200 (31B head, us per call, run K31): FP8 117.3 vs the loaded
 #: table's 137.1 at 32 rows, but 267.5 vs 226.4 at 128; FP8 in 128-wide chunks 96.3 /
-#: 96.1 vs 110.6 / 111.7 at 1 / 8 rows, and no faster at 32.
-FP8_MAX_ROWS, FP8_WIDE_K_ROWS, FP8_WIDE_K = 32, 8, 128
+#: 96.1 vs 110.6 / 111.7 at 1 / 8 rows, and no faster at 32. Run L31: 95.9 vs 100.9
+#: at 16 rows.
+FP8_MAX_ROWS, FP8_WIDE_K_ROWS, FP8_WIDE_K = 32, 16, 128
 #: launches that raised (e.g. a compile error); the head then stays upstream's for good.
 #: The GPU test asserts it stays 0.
 FALLBACKS = 0

@@ -112,12 +112,13 @@ def test_build_dense_head(mode: str) -> None:
     else:
         assert head.weight.dtype == torch.float8_e4m3fn and head.scale is not None
         assert head.table is model.lm_head.weight
-        # the FP8 copy up to FP8_MAX_ROWS rows (128-wide hidden chunks up to 8), then
+        # the FP8 copy up to FP8_MAX_ROWS rows (128-wide hidden chunks up to 16), then
         # the loaded table, whose launch was faster at 128 rows on the H200
         for rows, (weight, scale, shape) in (
             (1, (head.weight, head.scale, {"block_k": 128})),
             (8, (head.weight, head.scale, {"block_k": 128})),
-            (16, (head.weight, head.scale, {})),
+            (16, (head.weight, head.scale, {"block_k": 128})),
+            (17, (head.weight, head.scale, {})),
             (FP8_MAX_ROWS, (head.weight, head.scale, {})),
             (FP8_MAX_ROWS + 1, (head.table, None, {})),
             (128, (head.table, None, {})),
