@@ -345,6 +345,48 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def kernel_differences(profiled: list[dict[str, Any]], per_row: int = 8) -> list[str]:
+    """Markdown lines: for each profiled method row, the kernels whose time per decode
+    step differs most from none's at the same run, model, runner and concurrency. Only
+    rows that kept 40 kernels with launch counts (``gpu_profile.summarize`` since run M)
+    take part: with 15 kept, a kernel missing from one list would read as 0."""
+
+    def kernels(r: dict[str, Any]) -> dict[str, tuple[float, float]] | None:
+        top = r["profile"].get("top_kernels") or []
+        if not top or len(top[0]) < 3:
+            return None
+        return {name: (ms, calls) for name, ms, calls in top}
+
+    key = lambda r: (r.get("run", ""), r["model"], r["runner"], r["concurrency"])  # noqa: E731
+    base = {key(r): kernels(r) for r in profiled if r["method"] == "none"}
+    lines: list[str] = []
+    for r in sorted(profiled, key=lambda r: (*key(r), r["method"])):
+        mine, theirs = kernels(r), base.get(key(r))
+        if r["method"] == "none" or mine is None or theirs is None:
+            continue
+        if not lines:
+            lines += [
+                "",
+                "Where a method's extra kernel time per decode step goes (against none at the "
+                f"same c; the {per_row} largest differences; ms and launches per step):",
+                "",
+                "| run | model | runner | method | c | kernel | none ms | method ms | "
+                "difference ms | launches none / method |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
+        names = sorted(
+            set(mine) | set(theirs),
+            key=lambda k: -abs(mine.get(k, (0.0, 0.0))[0] - theirs.get(k, (0.0, 0.0))[0]),
+        )
+        run, model, runner, c = key(r)
+        for name in names[:per_row]:
+            (a, na), (b, nb) = theirs.get(name, (0.0, 0.0)), mine.get(name, (0.0, 0.0))
+            cells = [run or "-", model, runner, r["method"], str(c), f"`{name[:60]}`"]
+            cells += [f"{a:.3f}", f"{b:.3f}", f"{b - a:+.3f}", f"{na:g} / {nb:g}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (2.8, 3.5)) -> str:
     """Markdown table + overhead ratios + modelled speedups from measured rows."""
     out = [
@@ -463,6 +505,7 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
             host = r.get("draft_host_ms")
             cells.append("-" if host is None else f"{host:.2f}")
             out.append("| " + " | ".join(cells) + " |")
+        out += kernel_differences(profiled)
     ttft = [r for r in rows if r["ttft_ms"] is not None]
     if ttft:
         out += [

@@ -30,11 +30,13 @@ def _activities() -> list[Any]:
     return acts
 
 
-def summarize(prof: Any, units: float, top: int = 15) -> dict[str, Any]:
-    """Kernel and runtime-call totals of ``prof``, per ``units`` (steps or requests)."""
+def summarize(prof: Any, units: float, top: int = 40) -> dict[str, Any]:
+    """Kernel and runtime-call totals of ``prof``, per ``units`` (steps or requests).
+    ``top_kernels`` rows are [name, ms per unit, launches per unit]: long enough (40)
+    that ``bench_gpu.py report`` can set a method's kernels against none's."""
     from torch.autograd import DeviceType
 
-    kernels: dict[str, float] = {}
+    kernels: dict[str, list[float]] = {}  # name -> [ms, launches]
     runtime: dict[str, float] = {}
     count = 0
     for e in prof.key_averages():
@@ -42,23 +44,26 @@ def summarize(prof: Any, units: float, top: int = 15) -> dict[str, Any]:
             us: Any = getattr(e, "self_device_time_total", None)
             if us is None:
                 us = getattr(e, "self_cuda_time_total", 0)
-            kernels[e.key] = kernels.get(e.key, 0.0) + float(us) / 1000
+            k = kernels.setdefault(e.key, [0.0, 0.0])
+            k[0] += float(us) / 1000
+            k[1] += e.count
             count += e.count
         elif e.key.startswith("cuda"):
             runtime[e.key] = runtime.get(e.key, 0.0) + float(e.cpu_time_total) / 1000
     n = max(units, 1e-9)
-
-    def ranked(d: dict[str, float]) -> list[list[Any]]:
-        return [
-            [k[:90], round(v / n, 4)] for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]
-        ]
-
+    ranked_kernels = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]
     return {
         "units": units,
-        "kernel_ms": round(sum(kernels.values()) / n, 3),
+        "kernel_ms": round(sum(ms for ms, _ in kernels.values()) / n, 3),
         "kernels": round(count / n, 1),
-        "top_kernels": ranked(kernels),
-        "runtime_ms": ranked(runtime),
+        "top_kernels": [
+            [name[:90], round(ms / n, 4), round(calls / n, 2)]
+            for name, (ms, calls) in ranked_kernels
+        ],
+        "runtime_ms": [
+            [name[:90], round(ms / n, 4)]
+            for name, ms in sorted(runtime.items(), key=lambda kv: -kv[1])[:15]
+        ],
     }
 
 

@@ -65,6 +65,52 @@ def test_report_overheads_ratios_speedups_and_gpu_idle() -> None:
     assert by_method["none"][5:] == ["5.00", "4.50", "-", "-", "0.50", "-"]
 
 
+def test_report_sets_a_methods_kernels_against_nones() -> None:
+    """The kernel-difference table: per method, the kernels whose time per step moved
+    most from none's, with launch counts; a kernel absent from one list counts as 0,
+    and rows in the old 15-kernel format (no launch counts) stay out of it."""
+    none, frozen = _row("none", 5.0, 4.5), _row("frozen_kv_mtp", 6.5, 5.7, 0.8)
+    none["profile"]["top_kernels"] = [["gemm_a", 2.0, 10], ["lm_head", 0.5, 1], ["tanh", 0.1, 1]]
+    frozen["profile"]["top_kernels"] = [
+        ["gemm_a", 2.1, 10], ["lm_head", 1.4, 1], ["tanh", 0.4, 1], ["draft_attn", 0.3, 12]
+    ]  # fmt: skip
+    text = report([none, frozen])
+    diffs = [r for r in _cells(text, "T") if len(r) == 10]
+    assert [r[5] for r in diffs] == ["`lm_head`", "`tanh`", "`draft_attn`", "`gemm_a`"]
+    assert diffs[0][6:] == ["0.500", "1.400", "+0.900", "1 / 1"]
+    assert diffs[2][6:] == ["0.000", "0.300", "+0.300", "0 / 12"]
+    old = _row("frozen_kv_mtp", 6.5, 5.7, 0.8)
+    old["profile"]["top_kernels"] = [["lm_head", 1.4]]
+    assert "Where a method's extra kernel time" not in report([none, old])
+
+
+def test_profile_summary_keeps_time_and_launches_per_step() -> None:
+    """``gpu_profile.summarize``: kernel ms and launches per unit, ranked by time; CUDA
+    runtime calls apart; the kernel sum covers kernels past the kept top list too."""
+    from types import SimpleNamespace
+
+    from gpu_profile import summarize
+    from torch.autograd import DeviceType
+
+    def ev(key: str, dev: Any, us: float, count: int) -> Any:
+        return SimpleNamespace(
+            key=key, device_type=dev, self_device_time_total=us, count=count, cpu_time_total=us
+        )
+
+    events = [
+        ev("small", DeviceType.CUDA, 400.0, 8),
+        ev("big", DeviceType.CUDA, 4000.0, 4),
+        ev("tiny", DeviceType.CUDA, 40.0, 4),
+        ev("cudaGraphLaunch", DeviceType.CPU, 200.0, 4),
+        ev("aten::mm", DeviceType.CPU, 999.0, 4),
+    ]
+    prof = SimpleNamespace(key_averages=lambda: events)
+    out = summarize(prof, units=4, top=2)
+    assert out["top_kernels"] == [["big", 1.0, 1.0], ["small", 0.1, 2.0]]
+    assert out["kernel_ms"] == 1.11 and out["kernels"] == 4.0
+    assert out["runtime_ms"] == [["cudaGraphLaunch", 0.05]]
+
+
 def test_heads_sweep_shapes_are_parsed_or_refused_early() -> None:
     assert launch_shapes("64x4,128x8:torch") == [(64, 4, "triton"), (128, 8, "torch")]
     assert launch_shapes("") == []
