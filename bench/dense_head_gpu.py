@@ -13,6 +13,11 @@ table and launch shape for that row count. ``--variants`` also times the fp8 hea
 other launch shapes (vocabulary rows and hidden chunk per program, warps, pipeline
 stages, most draft rows per program).
 Prints a JSON line per row count, then a table.
+
+``--hidden 5376`` (31B) or ``--hidden 2560`` (E4B) times the same heads at a target's
+logits shape, at the rows a verify pass scores ((k+1) x c): how much of a speculative
+step's extra time the target's logits could give back to a greedy-verify GEMM + argmax
+(``h200_session.sh`` VERIFY_HEADS=1).
 """
 
 from __future__ import annotations
@@ -119,8 +124,8 @@ def main() -> None:
             print("ROW", json.dumps(row), flush=True)
             out_rows.append(row)
     print(
-        "| rows | upstream us | fused us | fp8 us | fp8 as launched us | fp8, best shape us "
-        "| fused agree | fp8 agree |"
+        f"| rows ({args.vocab} x {args.hidden}) | upstream us | fused us | fp8 us | "
+        "fp8 as launched us | fp8, best shape us | fused agree | fp8 agree |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for r in out_rows:

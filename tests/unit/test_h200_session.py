@@ -38,6 +38,8 @@ PLAN_ENV = (
     "PROFILE_MODEL",
     "ATTN_SHAPES",
     "DENSE",
+    "VERIFY_HEADS",
+    "V1_TESTS",
     "H200_ESTIMATE",
 )
 
@@ -67,6 +69,7 @@ def dry(**env: str) -> list[str]:
 STEP_MARKERS = (
     ("heads_gpu.py", "heads"),
     ("attn_gpu.py", "attn"),
+    ("dense_head_gpu.py --hidden", "verify head"),
     ("dense_head_gpu.py", "dense"),
     ("--models E4B", "E4B {runner}"),
     ("--models 31B", "31B"),
@@ -159,6 +162,21 @@ def test_dense_head_step_runs_first() -> None:
     assert lines[1].endswith("/h200_dense_head.json")
 
 
+def test_verify_heads_time_the_targets_heads_before_the_engines() -> None:
+    lines = dry(VERIFY_HEADS="1", DENSE="1", HEADS="0", TESTS="", BENCH_31B="0")
+    assert steps(lines) == ["dense", "verify head", "verify head", "E4B v2", "report"]
+    assert "--hidden 5376 --rows 32,128 " in lines[1]
+    assert lines[1].endswith("/h200_verify_head_31B.json")
+    assert "--hidden 2560 --rows 32,128,512 " in lines[2]
+    assert lines[2].endswith("/h200_verify_head_E4B.json")
+
+
+def test_v1_tests_take_a_selection() -> None:
+    (line,) = dry(TESTS="v1", V1_TESTS="greedy or sync", E4B="0", BENCH_31B="0", HEADS="0")[:1]
+    assert line.startswith("gpu0 v2=0 python -m pytest tests/gpu ")
+    assert " -k greedy or sync --ignore=" in line
+
+
 def test_two_gpus_split_lanes() -> None:
     lines = dry(H200_GPUS="2", HEADS="0")
     assert sorted(steps(lines)) == sorted(
@@ -215,6 +233,18 @@ def test_reset_lets_a_second_plan_wait_and_keeps_rows(tmp_path: Path) -> None:
             1525,
         ),
         (dict(E4B="0", TESTS="", HEADS="0"), 785),  # run I31: "plan done after 785 s"
+        (  # run L31: "plan done after 1225 s"
+            dict(E4B="0", TESTS="v2", TESTS_FIRST="1", V2_TESTS="split or fp8", HEADS="0",
+                 DENSE="1", LATE_S="3000",
+                 B31_METHODS="none,mtp,frozen_kv_mtp:draft_attention=split/dense_head=fused,frozen_kv_mtp",
+                 B31_ARGS="--concurrency 1,8,32 --ttft 1024 --profile-at 32"),
+            1225,
+        ),
+        (  # run L1: "plan done after 234 s"
+            dict(TESTS="v1", E4B="0", BENCH_31B="0", HEADS="0",
+                 V1_TESTS="greedy_identical or no_host_sync or drafter_uses_target_scales"),
+            234,
+        ),
     ],
 )  # fmt: skip
 def test_dry_estimates_measured_plans(env: dict[str, str], measured_s: int) -> None:
