@@ -1,0 +1,128 @@
+"""Greedy output stays identical to no speculation under the engine features a server
+mixes into one batch, and under KV-cache pressure (fp32, real engine, real scheduler).
+
+* Sampling features: repetition, presence and frequency penalties, bad words,
+  min_tokens, sample logprobs and prompt logprobs, in one batch with seeded sampled
+  requests. Penalties move the target away from the oracle drafter, so drafts get
+  rejected: verification really decides here.
+* Preemption: a KV cache too small for the batch makes the scheduler preempt and
+  recompute requests. The frozen drafter reads the target's blocks and takes its
+  seed from the step that ran, so a recomputed request must draft from the new
+  blocks, not stale ones.
+
+vLLM itself refuses min_p and logit_bias with speculative decoding (at request time,
+with a clear error), so they are not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import pair
+from tests.helpers import PROMPTS, engine, spec_metrics
+
+pytestmark = pytest.mark.engine
+
+K = 3
+
+
+def _mixed_params() -> list[Any]:
+    """One SamplingParams per prompt, cycling through the features (index % 6 == 4:
+    seeded random sampling, whose tokens speculation may change; the rest greedy)."""
+    from vllm import SamplingParams
+
+    kinds = [
+        dict(repetition_penalty=1.3),
+        dict(presence_penalty=0.8, frequency_penalty=0.4, logprobs=3),
+        dict(bad_words=["self", "the"]),
+        dict(min_tokens=30),
+        None,  # sampled
+        dict(logprobs=2, prompt_logprobs=1),
+    ]
+    params = []
+    for i in range(len(PROMPTS)):
+        kind = kinds[i % len(kinds)]
+        if kind is None:
+            params.append(SamplingParams(temperature=0.8, seed=i, max_tokens=40))
+        else:
+            params.append(SamplingParams(temperature=0.0, max_tokens=40, **kind))
+    return params
+
+
+def _results(llm: Any) -> list[dict[str, Any]]:
+    out = []
+    for r in llm.generate(PROMPTS, _mixed_params(), use_tqdm=False):
+        o = r.outputs[0]
+        out.append(
+            {
+                "tokens": list(o.token_ids),
+                "finish": o.finish_reason,
+                "logprobs": None
+                if o.logprobs is None
+                else [{k: v.logprob for k, v in d.items()} for d in o.logprobs],
+                "prompt_logprobs": None
+                if r.prompt_logprobs is None
+                else [None if d is None else sorted(d) for d in r.prompt_logprobs],
+            }
+        )
+    return out
+
+
+def test_sampling_features_keep_greedy_output() -> None:
+    target, assistant = pair("fp32-oracle")
+    with engine(target) as llm:
+        expected = _results(llm)
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
+    with engine(target, spec) as llm:
+        got = _results(llm)
+        metrics = spec_metrics(llm)
+    params = _mixed_params()
+    for i, (g, e, p) in enumerate(zip(got, expected, params, strict=True)):
+        if p.temperature > 0:
+            assert g["tokens"] and g["finish"] in ("stop", "length"), (i, g)
+            continue
+        assert (g["tokens"], g["finish"]) == (e["tokens"], e["finish"]), (i, p, g, e)
+        assert g["prompt_logprobs"] == e["prompt_logprobs"], i
+        if e["logprobs"] is None:
+            assert g["logprobs"] is None, i
+            continue
+        assert [sorted(d) for d in g["logprobs"]] == [sorted(d) for d in e["logprobs"]], i
+        for gd, ed in zip(g["logprobs"], e["logprobs"], strict=True):
+            for token, lp in ed.items():
+                assert gd[token] == pytest.approx(lp, abs=1e-4), (i, token)
+    # Non-vacuous: the oracle drafts the unpenalised target's argmax, so rejections show
+    # that the features changed what the target picks, and verification decided.
+    assert metrics["num_drafts"] > 0
+    assert 0 < metrics["num_accepted_tokens"] < metrics["num_draft_tokens"], metrics
+    assert any(len(r["tokens"]) == 40 for r in got[3::6])  # min_tokens held EOS back
+
+
+@pytest.mark.parametrize("variant", ["fp32-oracle", "fp32"])
+def test_preemption_keeps_greedy_output(variant: str) -> None:
+    from vllm import SamplingParams
+
+    target, assistant = pair(variant)
+    params = SamplingParams(temperature=0.0, max_tokens=60)
+    # Block size 32 (CPU attention takes multiples of 32); 24 blocks hold about three
+    # of the eight running sequences, so the scheduler must preempt.
+    tight = dict(max_model_len=160, block_size=32, num_gpu_blocks_override=24)
+
+    def run(llm: Any) -> tuple[list[list[int]], int]:
+        res = [list(r.outputs[0].token_ids) for r in llm.generate(PROMPTS, params, use_tqdm=False)]
+        preemptions = sum(
+            int(m.value) for m in llm.get_metrics() if m.name == "vllm:num_preemptions"
+        )
+        return res, preemptions
+
+    with engine(target, max_model_len=160) as llm:
+        expected, calm = run(llm)
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
+    with engine(target, spec, **tight) as llm:
+        got, preemptions = run(llm)
+        metrics = spec_metrics(llm)
+    assert calm == 0 and preemptions > 0, (calm, preemptions)
+    assert metrics["num_drafts"] > 0
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        assert g == e, f"{variant} prompt {i}: {g} != {e}"
