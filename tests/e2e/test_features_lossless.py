@@ -5,6 +5,7 @@ mixes into one batch, and under KV-cache pressure (fp32, real engine, real sched
   min_tokens, sample logprobs and prompt logprobs, in one batch with seeded sampled
   requests. Penalties move the target away from the oracle drafter, so drafts get
   rejected: verification really decides here.
+* Structured outputs: regex, choice and JSON schema.
 * Preemption: a KV cache too small for the batch makes the scheduler preempt and
   recompute requests. The frozen drafter reads the target's blocks and takes its
   seed from the step that ran, so a recomputed request must draft from the new
@@ -126,3 +127,44 @@ def test_preemption_keeps_greedy_output(variant: str) -> None:
     assert metrics["num_drafts"] > 0
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert g == e, f"{variant} prompt {i}: {g} != {e}"
+
+
+def test_structured_outputs_keep_greedy_output() -> None:
+    """Regex, choice and JSON-schema constrained decoding (vLLM's grammar bitmask on the
+    target's logits, and its scheduler's check of the draft tokens)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams as SO
+
+    target, assistant = pair("fp32-oracle")
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+        "required": ["a", "b"],
+    }
+    constraints = [
+        SO(regex=r"(def|class) [a-z_]{1,12}\(\w*\):"),
+        SO(choice=["alpha", "beta gamma", "delta"]),
+        SO(json=schema),
+        None,
+    ]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=30, structured_outputs=c) for c in constraints
+    ]
+    prompts = PROMPTS[: len(params)]
+
+    def run(llm: Any) -> list[tuple[list[int], str]]:
+        res = llm.generate(prompts, params, use_tqdm=False)
+        return [(list(r.outputs[0].token_ids), r.outputs[0].text) for r in res]
+
+    with engine(target) as llm:
+        expected = run(llm)
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
+    with engine(target, spec) as llm:
+        got = run(llm)
+        metrics = spec_metrics(llm)
+    assert got == expected
+    assert metrics["num_drafts"] > 0
+    # the constraints held (the unconstrained prompt is the control)
+    assert got[0][1].startswith(("def ", "class "))
+    assert got[1][1] in ("alpha", "beta gamma", "delta")
+    assert got[2][1].lstrip().startswith("{")
