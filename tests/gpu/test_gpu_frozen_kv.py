@@ -165,6 +165,30 @@ def test_preemption_keeps_greedy_output_async(runner: str) -> None:
     assert m["num_accepted_tokens"] == m["num_draft_tokens"] > 0
 
 
+def test_hub_architecture_target_greedy_identical(runner: str) -> None:
+    """The real checkpoints ship Gemma4ForConditionalGeneration (text weights under
+    ``language_model``): frozen_kv_mtp over that wrapper, as `vllm serve
+    google/gemma-4-31B-it` loads it (text only here: ``language_model_only``), gives the
+    text target's no-speculation output and accepts every oracle draft."""
+    text_target, _ = pair("fp32-oracle")
+    target, assistant = pair("fp32-oracle-mm")
+    kw = {**GRAPH_KW, "language_model_only": True}
+    with engine(text_target, **GRAPH_KW) as llm:
+        expected = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 3}
+    with engine(target, spec, **kw) as llm:
+        assert llm.llm_engine.vllm_config.model_config.architectures == [
+            "Gemma4ForConditionalGeneration"
+        ]
+        expected_cls = "FrozenKVMTPSpeculator" if runner == "v2" else "FrozenKVMTPProposer"
+        assert type(drafter(llm)).__name__ == expected_cls
+        got = outputs(llm.generate(PROMPTS, _params(), use_tqdm=False))
+        m = spec_metrics(llm)
+    print(f"{runner} hub architecture: {acceptance(m)}")
+    assert got == expected
+    assert m["num_accepted_tokens"] == m["num_draft_tokens"] > 0
+
+
 def test_random_weights_match_upstream_mtp(runner: str) -> None:
     """Random fp32 weights have near-uniform logits, so on GPU the multi-token verify
     pass can flip a near-tie against one-token decoding (seen on the H200 for 1 of 18
