@@ -30,8 +30,14 @@ def _check_config(target: str, spec_json: str) -> int:
         cfg = EngineArgs(
             model=target, speculative_config=spec_dict, skip_tokenizer_init=True
         ).create_engine_config()
-    except FrozenKVMTPConfigError as e:  # ours name their fix; vLLM's own errors propagate
+    except FrozenKVMTPConfigError as e:  # ours name their fix
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # vLLM's config checks (pydantic's ValidationError among them)
+        print(f"error: vLLM refused the engine config: {_first_reason(e)}", file=sys.stderr)
+        hint = _inspection_hint(str(e))
+        if hint:
+            print(hint, file=sys.stderr)
         return 2
     spec = cfg.speculative_config
     print(
@@ -39,6 +45,33 @@ def _check_config(target: str, spec_json: str) -> int:
         f"assistant {spec.model}; options {cfg.additional_config.get('frozen_kv_mtp')}"
     )
     return 0
+
+
+def _first_reason(e: Exception) -> str:
+    """The line of a (pydantic) validation error that says what is wrong."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("Value error,"):
+            return line.removeprefix("Value error,").split(" [type=")[0].strip()
+    return lines[0] if lines else type(e).__name__
+
+
+def _inspection_hint(message: str) -> str | None:
+    """Why vLLM could not inspect a hub Gemma 4 checkpoint here, and what to do."""
+    if "failed to be inspected" not in message or "Gemma4ForConditionalGeneration" not in message:
+        return None
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        return (
+            "hint: the hub's Gemma 4 checkpoints are Gemma4ForConditionalGeneration, whose "
+            "vLLM module needs torchvision, which CPU installs remove (README). Check the "
+            "config on a GPU install, or here against a text-only config of the same shape: "
+            "`python -m vllm_frozen_kv_mtp.fixtures.shapes --out models/shapes --sizes 31B`, "
+            "then TARGET models/shapes/gemma-4-31B-it-shape and assistant "
+            "models/shapes/gemma-4-31B-it-assistant-shape."
+        )
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

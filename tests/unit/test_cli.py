@@ -60,3 +60,22 @@ def test_check_config_not_json() -> None:
     r = check_config(target, "{method: frozen_kv_mtp}")
     assert r.returncode == 2
     assert "is not JSON" in r.stderr
+
+
+def test_check_config_hub_architecture_without_torchvision_exits_2_with_a_hint() -> None:
+    """On CPU installs (no torchvision) vLLM cannot inspect the hub's multimodal Gemma 4
+    architecture: one error line and a hint that names a way to check it, no traceback."""
+    try:
+        import torchvision  # noqa: F401
+
+        pytest.skip("torchvision is installed: vLLM can inspect the architecture here")
+    except ImportError:
+        pass
+    target, assistant = pair("fp32-oracle-mm")
+    r = check_config(target, _spec(assistant))
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    lines = r.stderr.strip().splitlines()
+    assert lines[-2].startswith("error: vLLM refused the engine config: Model architectures")
+    assert lines[-1].startswith("hint: the hub's Gemma 4 checkpoints")
+    assert "fixtures.shapes" in lines[-1]
+    assert "Traceback" not in r.stderr
