@@ -47,6 +47,11 @@ def engine_core(llm: Any) -> Any:
     return llm.llm_engine.engine_core.engine_core
 
 
+def num_preemptions(llm: Any) -> int:
+    """How many times the scheduler preempted a request (vLLM's counter)."""
+    return sum(int(m.value) for m in llm.get_metrics() if m.name == "vllm:num_preemptions")
+
+
 def outputs(results: list[Any]) -> list[tuple[list[int], str, str | None]]:
     """(token ids, text, finish reason) of each request's first completion."""
     return [

@@ -17,16 +17,36 @@ with a clear error), so they are not here.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 
 from tests.conftest import pair
-from tests.helpers import PROMPTS, engine, spec_metrics
+from tests.helpers import PROMPTS, engine, num_preemptions, spec_metrics
 
 pytestmark = pytest.mark.engine
 
 K = 3
+T = TypeVar("T")
+
+
+def _without_and_with(
+    run: Callable[[Any], T],
+    variant: str,
+    plain_kw: dict[str, Any] | None = None,
+    spec_kw: dict[str, Any] | None = None,
+) -> tuple[T, T, dict[str, Any]]:
+    """``run``'s result on the pair's target without speculation, then with
+    frozen_kv_mtp, and the second engine's spec-decode counters."""
+    target, assistant = pair(variant)
+    with engine(target, **(plain_kw or {})) as llm:
+        expected = run(llm)
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
+    with engine(target, spec, **(spec_kw or {})) as llm:
+        got = run(llm)
+        metrics = spec_metrics(llm)
+    return expected, got, metrics
 
 
 def _mixed_params() -> list[Any]:
@@ -72,13 +92,7 @@ def _results(llm: Any) -> list[dict[str, Any]]:
 
 
 def test_sampling_features_keep_greedy_output() -> None:
-    target, assistant = pair("fp32-oracle")
-    with engine(target) as llm:
-        expected = _results(llm)
-    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
-    with engine(target, spec) as llm:
-        got = _results(llm)
-        metrics = spec_metrics(llm)
+    expected, got, metrics = _without_and_with(_results, "fp32-oracle")
     params = _mixed_params()
     for i, (g, e, p) in enumerate(zip(got, expected, params, strict=True)):
         if p.temperature > 0:
@@ -104,7 +118,6 @@ def test_sampling_features_keep_greedy_output() -> None:
 def test_preemption_keeps_greedy_output(variant: str) -> None:
     from vllm import SamplingParams
 
-    target, assistant = pair(variant)
     params = SamplingParams(temperature=0.0, max_tokens=60)
     # Block size 32 (CPU attention takes multiples of 32); 24 blocks hold about three
     # of the eight running sequences, so the scheduler must preempt.
@@ -112,17 +125,11 @@ def test_preemption_keeps_greedy_output(variant: str) -> None:
 
     def run(llm: Any) -> tuple[list[list[int]], int]:
         res = [list(r.outputs[0].token_ids) for r in llm.generate(PROMPTS, params, use_tqdm=False)]
-        preemptions = sum(
-            int(m.value) for m in llm.get_metrics() if m.name == "vllm:num_preemptions"
-        )
-        return res, preemptions
+        return res, num_preemptions(llm)
 
-    with engine(target, max_model_len=160) as llm:
-        expected, calm = run(llm)
-    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
-    with engine(target, spec, **tight) as llm:
-        got, preemptions = run(llm)
-        metrics = spec_metrics(llm)
+    (expected, calm), (got, preemptions), metrics = _without_and_with(
+        run, variant, plain_kw=dict(max_model_len=160), spec_kw=tight
+    )
     assert calm == 0 and preemptions > 0, (calm, preemptions)
     assert metrics["num_drafts"] > 0
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
@@ -135,7 +142,6 @@ def test_structured_outputs_keep_greedy_output() -> None:
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams as SO
 
-    target, assistant = pair("fp32-oracle")
     schema = {
         "type": "object",
         "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
@@ -156,12 +162,7 @@ def test_structured_outputs_keep_greedy_output() -> None:
         res = llm.generate(prompts, params, use_tqdm=False)
         return [(list(r.outputs[0].token_ids), r.outputs[0].text) for r in res]
 
-    with engine(target) as llm:
-        expected = run(llm)
-    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
-    with engine(target, spec) as llm:
-        got = run(llm)
-        metrics = spec_metrics(llm)
+    expected, got, metrics = _without_and_with(run, "fp32-oracle")
     assert got == expected
     assert metrics["num_drafts"] > 0
     # the constraints held (the unconstrained prompt is the control)

@@ -20,6 +20,7 @@ from tests.helpers import (
     clear_margin_case,
     drafter,
     engine,
+    num_preemptions,
     outputs,
     record_drafts,
     spec_metrics,
@@ -149,8 +150,7 @@ def test_preemption_keeps_greedy_output_async(runner: str) -> None:
 
     def run(llm: Any) -> tuple[list[list[int]], int]:
         res = [list(r.outputs[0].token_ids) for r in llm.generate(PROMPTS, params, use_tqdm=False)]
-        preempted = sum(int(m.value) for m in llm.get_metrics() if m.name == "vllm:num_preemptions")
-        return res, preempted
+        return res, num_preemptions(llm)
 
     with engine(target, **{**GRAPH_KW, "max_model_len": 160}) as llm:
         expected, _ = run(llm)
