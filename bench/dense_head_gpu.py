@@ -68,19 +68,14 @@ def main() -> None:
         logits.index_fill_(1, suppress, float("-inf"))
         return logits.argmax(dim=-1)
 
+    # DenseHead.run, not top_tokens, whose fallback would hide a failed launch here
     launched = DenseHead(weight=w8, scale=scale, vocab=args.vocab, suppress=suppress, table=weight)
-
-    def fp8_launched(h: Any) -> Any:
-        # DenseHead.launch's table and shape, launched here rather than through
-        # top_tokens, whose fallback would hide a failed launch from the benchmark
-        table, table_scale, shape = launched.launch(h.shape[0])
-        return dense_top_tokens(h, table, table_scale, args.vocab, suppress, **shape)
 
     heads: dict[str, Callable[[Any], Any]] = {
         "upstream": upstream,
         "fused": lambda h: dense_top_tokens(h, weight, None, args.vocab, suppress),
         "fp8": lambda h: dense_top_tokens(h, w8, scale, args.vocab, suppress),
-        "fp8_launched": fp8_launched,
+        "fp8_launched": launched.run,
     }
     for v in (v for v in args.variants.split(",") if v):
         shape = dict(zip(("block_n", "block_k", "num_warps", "num_stages", "max_block_m"),

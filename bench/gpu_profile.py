@@ -30,7 +30,7 @@ def _activities() -> list[Any]:
     return acts
 
 
-def summarize(prof: Any, units: float, top: int = 40) -> dict[str, Any]:
+def summarize(prof: Any, units: float, top: int = 40, top_runtime: int = 15) -> dict[str, Any]:
     """Kernel and runtime-call totals of ``prof``, per ``units`` (steps or requests).
     ``top_kernels`` rows are [name, ms per unit, launches per unit]: long enough (40)
     that ``bench_gpu.py report`` can set a method's kernels against none's."""
@@ -62,7 +62,7 @@ def summarize(prof: Any, units: float, top: int = 40) -> dict[str, Any]:
         ],
         "runtime_ms": [
             [name[:90], round(ms / n, 4)]
-            for name, ms in sorted(runtime.items(), key=lambda kv: -kv[1])[:15]
+            for name, ms in sorted(runtime.items(), key=lambda kv: -kv[1])[:top_runtime]
         ],
     }
 

@@ -163,6 +163,12 @@ class DenseHead:
         shape = {"block_k": FP8_WIDE_K} if rows <= FP8_WIDE_K_ROWS else {}
         return self.weight, self.scale, shape
 
+    def run(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """``[T]`` token ids from the launch ``launch`` picks; raises if it fails (the
+        benchmark times this; ``top_tokens`` adds the fallback)."""
+        weight, scale, shape = self.launch(hidden_states.shape[0])
+        return dense_top_tokens(hidden_states, weight, scale, self.vocab, self.suppress, **shape)
+
     def top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """``[T]`` int64 token ids, each row's best-scoring token; None if the launch
         failed (logged once, and the caller keeps upstream's head from then on)."""
@@ -170,10 +176,7 @@ class DenseHead:
         if FALLBACKS:
             return None
         try:
-            weight, scale, shape = self.launch(hidden_states.shape[0])
-            return dense_top_tokens(
-                hidden_states, weight, scale, self.vocab, self.suppress, **shape
-            )
+            return self.run(hidden_states)
         except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
             FALLBACKS += 1
             logger.warning(
