@@ -24,7 +24,8 @@
 #      and a method "frozen_kv_mtp:sliding_split_kv_max_rows=@ATTN" then runs with its
 #      recommendation; DENSE=1 times the 31B dense head alone, bench/dense_head_gpu.py;
 #      VERIFY_HEADS=1 times the same heads at the targets' logits shapes, 31B 262144 x
-#      5376 and E4B 262144 x 2560, at the row counts of a verify pass)
+#      5376 and E4B 262144 x 2560, at the row counts of a verify pass; LOGITS_GEMM=1
+#      times their logits GEMM alone, bench/logits_gemm_gpu.py)
 #
 # Plan with two GPUs (two lanes, one GPU each; then both GPUs):
 #   lane A, GPU 0: E4B benchmark (none/mtp/frozen_kv_mtp, compiled), V1-runner GPU tests,
@@ -140,6 +141,15 @@ verify_heads() { # VERIFY_HEADS=1: upstream's logits + soft-cap + argmax against
     --variants "" --json $W/h200_verify_head_E4B.json >$W/verify_head_E4B.log 2>&1
 }
 
+logits_gemm() { # LOGITS_GEMM=1: the targets' logits GEMM alone (the cuBLAS kernel it
+  # picks, other ways to compute it) and the rest of the logits path, at c and (k+1) x c rows
+  [ "${LOGITS_GEMM:-0}" = 1 ] || return 0
+  CUDA_VISIBLE_DEVICES=$1 python bench/logits_gemm_gpu.py --hidden 5376 --rows 32,128,512 \
+    --json $W/h200_logits_gemm_31B.json >$W/logits_gemm_31B.log 2>&1
+  CUDA_VISIBLE_DEVICES=$1 python bench/logits_gemm_gpu.py --hidden 2560 --rows 128,512 \
+    --json $W/h200_logits_gemm_E4B.json >$W/logits_gemm_E4B.log 2>&1
+}
+
 profiles() { # PROFILES="method@concurrency ...": kernel breakdowns of a draft round
   # (PROFILE_MODE=graphs: compiled, CUDA-graph replay; default eager; PROFILE_MODEL=31B
   # profiles that shape instead of E4B)
@@ -156,6 +166,7 @@ lane_a() { # TESTS picks the GPU tests here too ("v2 v1" by default: V1 in this 
   attn 0
   dense 0
   verify_heads 0
+  logits_gemm 0
   bench_e4b 0
   wants_tests v1 && tests_v1 0
   profiles 0
@@ -172,6 +183,7 @@ serial() { # one GPU: the E4B numbers, the tests (first with TESTS_FIRST=1), the
   attn 0
   dense 0
   verify_heads 0
+  logits_gemm 0
   [ "${TESTS_FIRST:-0}" = 1 ] || bench_e4b 0
   wants_tests v2 && tests_v2 0
   wants_tests v1 && tests_v1 0
@@ -216,7 +228,7 @@ pack() {
   summarize
   tar -C /tmp --exclude h200/shapes --exclude h200/plugin --exclude h200/repo -czf "$OUT/h200.tgz" h200 2>/dev/null
   cp $W/report.md $W/h200.json $W/h200_heads.json $W/h200_attn*.json $W/h200_dense_head.json \
-    $W/h200_verify_head_*.json "$OUT/" 2>/dev/null
+    $W/h200_verify_head_*.json $W/h200_logits_gemm_*.json "$OUT/" 2>/dev/null
 }
 
 progress() {
@@ -225,7 +237,7 @@ progress() {
   grep -h '^PROFILE' $W/profile.log 2>/dev/null | cut -c1-400
   grep -h -A8 '^| rows' $W/heads.log 2>/dev/null
   grep -h '^| \|^RECOMMEND' $W/attn*.log 2>/dev/null
-  grep -h '^| ' $W/dense_head.log $W/verify_head_*.log 2>/dev/null
+  grep -h '^| ' $W/dense_head.log $W/verify_head_*.log $W/logits_gemm_*.log 2>/dev/null
   for f in $W/test_*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 4 "$f"; }; done
   for f in $W/bench_*.log; do
     [ -f "$f" ] && grep -h -m3 -E 'Error|error:|Traceback' "$f" | sed "s|^|$f: |"

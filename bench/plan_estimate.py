@@ -31,7 +31,7 @@ METHOD_S, CONCURRENCY_S, TTFT_S, TTFT_8K_S, PROFILE_AT_S = 180, 8, 10, 40, 5
 #: centroid heads, a kernel profile of one draft round (profile_draft_gpu.py: its own
 #: engine)
 ATTN_S = {"31B": 257, "E4B": 135}
-FIXED_S = {"dense": 45, "verify head": 40, "heads": 40, "profile": 200}
+FIXED_S = {"dense": 45, "verify head": 40, "logits gemm": 30, "heads": 40, "profile": 200}
 #: GPU tests: pytest start-up, then each selected test (two or three engines each)
 TESTS_BASE_S, TEST_S = 60, 35
 #: bench_gpu.py's defaults when a flag is absent
@@ -113,6 +113,7 @@ def estimate(lines: list[str], count_tests: Callable[[str], int] = count_gpu_tes
 STEPS = (
     ("attn_gpu.py", "attn"),
     ("dense_head_gpu.py --hidden", "verify head"),
+    ("logits_gemm_gpu.py", "logits gemm"),
     ("dense_head_gpu.py", "dense"),
     ("heads_gpu.py", "heads"),
     ("profile_draft_gpu.py", "profile"),

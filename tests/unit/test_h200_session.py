@@ -70,6 +70,7 @@ STEP_MARKERS = (
     ("heads_gpu.py", "heads"),
     ("attn_gpu.py", "attn"),
     ("dense_head_gpu.py --hidden", "verify head"),
+    ("logits_gemm_gpu.py", "logits gemm"),
     ("dense_head_gpu.py", "dense"),
     ("--models E4B", "E4B {runner}"),
     ("--models 31B", "31B"),
@@ -169,6 +170,15 @@ def test_verify_heads_time_the_targets_heads_before_the_engines() -> None:
     assert lines[1].endswith("/h200_verify_head_31B.json")
     assert "--hidden 2560 --rows 32,128,512 " in lines[2]
     assert lines[2].endswith("/h200_verify_head_E4B.json")
+
+
+def test_logits_gemm_names_the_targets_logits_kernel_before_the_engines() -> None:
+    lines = dry(LOGITS_GEMM="1", VERIFY_HEADS="1", HEADS="0", TESTS="", BENCH_31B="0")
+    assert steps(lines) == [
+        "verify head", "verify head", "logits gemm", "logits gemm", "E4B v2", "report"
+    ]  # fmt: skip
+    assert "--hidden 5376 --rows 32,128,512 " in lines[2]
+    assert lines[3].endswith("/h200_logits_gemm_E4B.json")
 
 
 def test_v1_tests_take_a_selection() -> None:
