@@ -72,6 +72,8 @@ class FrozenKVMTPConfigError(ValueError):
 CENTROID_HEADS = ("upstream", "sparse", "dense", "fused", "tiled", "auto")
 #: values of the ``dense_head`` option (see dense_head.py)
 DENSE_HEADS = ("upstream", "fused", "fp8")
+#: values of the ``target_softcap`` option (see softcap_kernel.py)
+TARGET_SOFTCAPS = ("one_pass", "vllm")
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,10 @@ class FrozenKVOptions:
     #: "fp8" with two Triton launches and no logits tensor, "fp8" over FP8 weights with
     #: one scale per vocabulary row (see dense_head.py)
     dense_head: str = "upstream"
+    #: NVIDIA GPUs, both runners: "one_pass" (default) soft-caps the target's logits
+    #: (the (k+1) x c rows of each verify pass) in one in-place kernel, bitwise vLLM's
+    #: result; "vllm" keeps vLLM's three eager ops (see softcap_kernel.py)
+    target_softcap: str = "one_pass"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FrozenKVOptions:
@@ -353,6 +359,12 @@ def translate_speculative_config(
         raise FrozenKVMTPConfigError(
             f"dense_head must be one of {', '.join(DENSE_HEADS)}, got {options.dense_head!r}.",
             'pass "upstream" (the default), "fused" or "fp8".',
+        )
+    if options.target_softcap not in TARGET_SOFTCAPS:
+        raise FrozenKVMTPConfigError(
+            f"target_softcap must be one of {', '.join(TARGET_SOFTCAPS)}, got "
+            f"{options.target_softcap!r}.",
+            'pass "one_pass" (the default) or "vllm".',
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated.update(method="mtp", model=model, num_speculative_tokens=k)

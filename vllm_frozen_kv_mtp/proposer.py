@@ -38,6 +38,7 @@ from vllm_frozen_kv_mtp.kv_readonly import (
     copy_target_kv_scales,
 )
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
+from vllm_frozen_kv_mtp.softcap_kernel import mark_target_logits
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
@@ -89,6 +90,8 @@ class FrozenKVMTPProposer(Gemma4Proposer):
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
         check_readonly_wiring(self.vllm_config, self._draft_attn_layer_names)
+        if self.frozen_options.target_softcap == "one_pass":
+            mark_target_logits(target_model)
         copy_target_kv_scales(self.vllm_config, self._draft_attn_layer_names)
 
     def initialize_attn_backend(

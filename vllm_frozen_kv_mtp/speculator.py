@@ -37,6 +37,7 @@ from vllm_frozen_kv_mtp.kv_readonly import (
 )
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 from vllm_frozen_kv_mtp.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
+from vllm_frozen_kv_mtp.softcap_kernel import mark_target_logits
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 #: (option, head) pairs already logged: say once which head "auto" resolved to
@@ -64,6 +65,8 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
         check_readonly_wiring(self.vllm_config, self.draft_attn_layer_names)
+        if self.frozen_options.target_softcap == "one_pass":
+            mark_target_logits(target_model)
         if self.frozen_options.draft_attention == "split":
             self._install_split_decode_attention()
         self.frozen_dense_head = build_dense_head(

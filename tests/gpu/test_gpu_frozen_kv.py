@@ -25,6 +25,7 @@ from tests.helpers import (
     record_drafts,
     spec_metrics,
 )
+from vllm_frozen_kv_mtp import softcap_kernel
 from vllm_frozen_kv_mtp.instrument import acceptance
 
 pytestmark = [
@@ -59,6 +60,7 @@ def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
         "num_speculative_tokens": 3,
         "kv_guard": True,  # every round checksums the target KV and fails on a change
     }
+    softcaps = softcap_kernel.CALLS
     with engine(target, spec, **kw) as llm:
         cfg = llm.llm_engine.vllm_config
         assert cfg.scheduler_config.async_scheduling, "async scheduling must be on"
@@ -73,6 +75,8 @@ def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
         assert d.frozen_stats.seed_rows > 0
     print(f"{runner} {variant}: {acceptance(m)}")
     assert got == expected
+    # the target's logits were soft-capped in one pass (target_softcap="one_pass")
+    assert softcap_kernel.CALLS > softcaps
     if runner == "v2":
         import vllm_frozen_kv_mtp.seed_rows as seed_rows
 

@@ -52,6 +52,7 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
         "sliding_split_kv_max_rows": -1,
         "draft_attention": "vllm",
         "dense_head": "upstream",
+        "target_softcap": "one_pass",
         "num_speculative_tokens": 3,
     }
 
@@ -67,6 +68,7 @@ def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
         "sliding_split_kv_max_rows": 8,
         "draft_attention": "split",
         "dense_head": "fp8",
+        "target_softcap": "vllm",
         "enforce_eager": True,
     }
     cfg = _engine_config(target, spec, additional_config={"other_plugin": 1})
@@ -75,6 +77,7 @@ def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
     assert cfg.additional_config["frozen_kv_mtp"]["sliding_split_kv_max_rows"] == 8
     assert cfg.additional_config["frozen_kv_mtp"]["draft_attention"] == "split"
     assert cfg.additional_config["frozen_kv_mtp"]["dense_head"] == "fp8"
+    assert cfg.additional_config["frozen_kv_mtp"]["target_softcap"] == "vllm"
     assert cfg.additional_config["other_plugin"] == 1
     assert cfg.speculative_config.enforce_eager is True
 
@@ -267,6 +270,12 @@ def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
         {"method": "frozen_kv_mtp", "model": assistant, "dense_head": "int4"},
         "dense_head must be one of upstream, fused, fp8",
         '"upstream" (the default)',
+    )
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "target_softcap": "fused"},
+        "target_softcap must be one of one_pass, vllm",
+        '"one_pass" (the default)',
     )
     for rows in ("8", -2, 1.5, True):
         _refused(

