@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _flag(line: str, name: str, default: str = "") -> str:
-    m = re.search(rf"{name} (\S+)", line)
+    m = re.search(rf"{name}[ =](\S*)", line)
     return m.group(1) if m else default
 
 
