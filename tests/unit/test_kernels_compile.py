@@ -204,7 +204,9 @@ def check_softcap() -> None:
 
     for dtype in ("bf16", "fp16", "fp32"):
         types = _types(sk._softcap_kernel, x_ptr=f"*{dtype}", inv_cap="fp32", cap="fp32")
-        compile_sm90(sk._softcap_kernel, types, dict(BLOCK=sk.BLOCK))
+        compile_sm90(
+            sk._softcap_kernel, types, dict(SMALL=sk.TANH_IS_IDENTITY_BELOW, BLOCK=sk.BLOCK)
+        )
     print("soft-cap kernel compiles for sm_90")
 
 
