@@ -204,9 +204,11 @@ def check_softcap() -> None:
 
     for dtype in ("bf16", "fp16", "fp32"):
         types = _types(sk._softcap_kernel, x_ptr=f"*{dtype}", inv_cap="fp32", cap="fp32")
-        compile_sm90(
+        ptx = compile_sm90(
             sk._softcap_kernel, types, dict(SMALL=sk.TANH_IS_IDENTITY_BELOW, BLOCK=sk.BLOCK)
-        )
+        ).asm["ptx"]
+        # bitwise vLLM's needs multiplies that keep subnormals (PyTorch's do)
+        assert "mul.ftz" not in ptx and "mul.f32" in ptx, dtype
     print("soft-cap kernel compiles for sm_90")
 
 
