@@ -101,8 +101,16 @@ def mark_target_logits(target_model: Any) -> int:
 
     from vllm_frozen_kv_mtp.patches import ONE_PASS_SOFTCAP_ATTR
 
+    modules = getattr(target_model, "modules", None)  # wrappers forward it to the model
+    if modules is None:
+        logger.warning(
+            "frozen_kv_mtp: cannot reach the target's modules through %s; its soft-cap "
+            "keeps vLLM's ops",
+            type(target_model).__name__,
+        )
+        return 0
     marked = 0
-    for module in target_model.modules():
+    for module in modules():
         if isinstance(module, LogitsProcessor) and module.soft_cap is not None:
             setattr(module, ONE_PASS_SOFTCAP_ATTR, True)
             marked += 1
