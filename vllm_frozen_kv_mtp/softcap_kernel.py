@@ -77,6 +77,15 @@ if triton is not None:
         y = (y.to(tl.float32) * cap).to(dtype)
         tl.store(ptr, y, mask=mask)
 
+    @triton.jit
+    def _softcap_table_kernel(bits_ptr, table_ptr, row_stride, n_cols, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        ptr = bits_ptr + row * row_stride + cols
+        index = tl.load(ptr, mask=mask).to(tl.int32) & 0xFFFF  # the 16-bit pattern
+        tl.store(ptr, tl.load(table_ptr + index, mask=mask), mask=mask)
+
 
 def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
     """``logits`` soft-capped in place (``one_pass_softcap_supported`` must hold)."""
@@ -91,6 +100,40 @@ def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
             SMALL=TANH_IS_IDENTITY_BELOW, BLOCK=BLOCK,
         )  # fmt: skip
     CALLS += 1
+    return logits
+
+
+#: (dtype, cap, device) -> vLLM's soft-cap of every 16-bit pattern (``softcap_table``)
+_TABLES: dict[tuple[torch.dtype, float, str], torch.Tensor] = {}
+
+
+def softcap_table(dtype: torch.dtype, cap: float, device: torch.device) -> torch.Tensor:
+    """The eager ops' result for each of the 65536 bf16 (or fp16) bit patterns, computed
+    by those ops on ``device``: entry i is the soft-cap of the value whose bits are i."""
+    key = (dtype, float(cap), str(device))
+    table = _TABLES.get(key)
+    if table is None:
+        bits = torch.arange(2**16, dtype=torch.int32, device=device).to(torch.int16)
+        table = eager_softcap(bits.view(dtype), cap).contiguous()
+        _TABLES[key] = table
+    return table
+
+
+def softcap_table_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """A candidate for 16-bit logits: ``logits`` soft-capped in place by looking each
+    value up in ``softcap_table``, so bitwise the eager ops' result by construction
+    (subnormals and NaN payloads included) and with no tanh to compute. Not used by the
+    engine until it has run on the GPU (BENCHMARKS.md, next run); rows as for
+    ``softcap_in_place``; build the table outside CUDA-graph capture."""
+    assert logits.dtype in (torch.bfloat16, torch.float16), logits.dtype
+    rows, cols = logits.shape
+    table = softcap_table(logits.dtype, cap, logits.device)
+    if rows and cols:
+        grid = (rows, triton.cdiv(cols, BLOCK))
+        _softcap_table_kernel[grid](
+            logits.view(torch.int16), table.view(torch.int16), logits.stride(0), cols,
+            BLOCK=BLOCK,
+        )  # fmt: skip
     return logits
 
 

@@ -12,6 +12,7 @@ from vllm_frozen_kv_mtp.softcap_kernel import (
     eager_softcap,
     one_pass_softcap_supported,
     softcap_in_place,
+    softcap_table_in_place,
 )
 
 pytestmark = [
@@ -62,4 +63,20 @@ def test_rows_of_a_wider_tensor() -> None:
     out = softcap_in_place(view, CAP)
     assert out.data_ptr() == wide.data_ptr()
     assert torch.equal(out, want)
+    assert torch.equal(wide[:, 2 * BLOCK + 300 :], tail)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_table_kernel_matches_vllm(dtype: torch.dtype) -> None:
+    """The candidate table kernel: every 16-bit value, and rows of a wider tensor."""
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16)
+    x = bits.view(dtype).reshape(16, 4096)
+    got = softcap_table_in_place(x.clone(), CAP)
+    assert torch.equal(got.view(torch.int16), eager_softcap(x, CAP).view(torch.int16))
+    wide = (torch.randn(5, 2 * BLOCK + 700, device="cuda") * 40).to(dtype)
+    view = wide[:, : 2 * BLOCK + 300]
+    want = eager_softcap(view, CAP)
+    tail = wide[:, 2 * BLOCK + 300 :].clone()
+    softcap_table_in_place(view, CAP)
+    assert torch.equal(view, want)
     assert torch.equal(wide[:, 2 * BLOCK + 300 :], tail)

@@ -199,7 +199,7 @@ def test_dense_head_kernels_compile_for_sm90() -> None:
 
 def check_softcap() -> None:
     """Run inside the subprocess: the one-pass soft-cap over bf16, fp16 and fp32 logits
-    (the target's dtype)."""
+    (the target's dtype), and the table kernel over 16-bit patterns."""
     from vllm_frozen_kv_mtp import softcap_kernel as sk
 
     for dtype in ("bf16", "fp16", "fp32"):
@@ -209,6 +209,8 @@ def check_softcap() -> None:
         ).asm["ptx"]
         # bitwise vLLM's needs multiplies that keep subnormals (PyTorch's do)
         assert "mul.ftz" not in ptx and "mul.f32" in ptx, dtype
+    types = _types(sk._softcap_table_kernel, "*i16")
+    compile_sm90(sk._softcap_table_kernel, types, dict(BLOCK=sk.BLOCK))
     print("soft-cap kernel compiles for sm_90")
 
 
