@@ -45,21 +45,15 @@ SOFTCAP = 30.0  # Gemma 4's final_logit_softcapping
 def kernel_names(fn: Callable[[Any], Any], h: Any) -> list[list[Any]]:
     """[name, us] of the CUDA kernels one eager ``fn(h)`` launches, longest first."""
     import torch
-    from torch.autograd import DeviceType
+    from gpu_profile import summarize  # type: ignore[import-not-found]
 
     fn(h)
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn(h)
         torch.cuda.synchronize()
-    out = []
-    for e in prof.key_averages():
-        if e.device_type == DeviceType.CUDA:
-            us: Any = getattr(e, "self_device_time_total", None)
-            if us is None:
-                us = getattr(e, "self_cuda_time_total", 0)
-            out.append([e.key[:90], round(float(us), 1)])
-    return sorted(out, key=lambda kv: -kv[1])[:4]
+    top = summarize(prof, 1, top=4)["top_kernels"]  # [name, ms, launches]
+    return [[name, round(ms * 1000, 1)] for name, ms, _ in top]
 
 
 def main() -> None:
