@@ -4,6 +4,9 @@ values, and rows of a wider tensor. Skipped without CUDA."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 
@@ -29,10 +32,33 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.view(ints) == b.view(ints)) | (a.isnan() & b.isnan())
 
 
+def _every_16_bit_value(dtype: torch.dtype) -> torch.Tensor:
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16)
+    return bits.view(dtype).reshape(16, 4096)
+
+
+def _check_rows_of_a_wider_tensor(
+    kernel: Callable[..., Any], dtype: torch.dtype, supported: Callable[[Any], bool] | None = None
+) -> None:
+    """vLLM slices padded vocabularies (``logits[..., :org_vocab_size]``): a row stride
+    that is not the row length; ``kernel`` writes the view in place, bitwise vLLM's, and
+    leaves the columns past it untouched (``supported``: the kernel's own precondition,
+    which the view must meet)."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    wide = (torch.randn(5, 2 * BLOCK + 700, device="cuda", generator=g) * 40).to(dtype)
+    view = wide[:, : 2 * BLOCK + 300]
+    want = eager_softcap(view, CAP)
+    tail = wide[:, 2 * BLOCK + 300 :].clone()
+    assert supported is None or supported(view)
+    out = kernel(view, CAP)
+    assert out.data_ptr() == wide.data_ptr()
+    assert torch.equal(out, want)
+    assert torch.equal(wide[:, 2 * BLOCK + 300 :], tail)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_every_16_bit_value_matches_vllm(dtype: torch.dtype) -> None:
-    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16)
-    x = bits.view(dtype).reshape(16, 4096)
+    x = _every_16_bit_value(dtype)
     want = eager_softcap(x, CAP)
     assert one_pass_softcap_supported(x)
     got = softcap_in_place(x.clone(), CAP)
@@ -52,31 +78,13 @@ def test_random_fp32_values_match_vllm() -> None:
 
 
 def test_rows_of_a_wider_tensor() -> None:
-    """vLLM slices padded vocabularies (``logits[..., :org_vocab_size]``): a row stride
-    that is not the row length; columns past the view stay untouched."""
-    g = torch.Generator(device="cuda").manual_seed(1)
-    wide = (torch.randn(5, 2 * BLOCK + 700, device="cuda", generator=g) * 40).bfloat16()
-    view = wide[:, : 2 * BLOCK + 300]
-    want = eager_softcap(view, CAP)
-    tail = wide[:, 2 * BLOCK + 300 :].clone()
-    assert one_pass_softcap_supported(view)
-    out = softcap_in_place(view, CAP)
-    assert out.data_ptr() == wide.data_ptr()
-    assert torch.equal(out, want)
-    assert torch.equal(wide[:, 2 * BLOCK + 300 :], tail)
+    _check_rows_of_a_wider_tensor(softcap_in_place, torch.bfloat16, one_pass_softcap_supported)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_table_kernel_matches_vllm(dtype: torch.dtype) -> None:
     """The candidate table kernel: every 16-bit value, and rows of a wider tensor."""
-    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16)
-    x = bits.view(dtype).reshape(16, 4096)
+    x = _every_16_bit_value(dtype)
     got = softcap_table_in_place(x.clone(), CAP)
     assert torch.equal(got.view(torch.int16), eager_softcap(x, CAP).view(torch.int16))
-    wide = (torch.randn(5, 2 * BLOCK + 700, device="cuda") * 40).to(dtype)
-    view = wide[:, : 2 * BLOCK + 300]
-    want = eager_softcap(view, CAP)
-    tail = wide[:, 2 * BLOCK + 300 :].clone()
-    softcap_table_in_place(view, CAP)
-    assert torch.equal(view, want)
-    assert torch.equal(wide[:, 2 * BLOCK + 300 :], tail)
+    _check_rows_of_a_wider_tensor(softcap_table_in_place, dtype)
