@@ -63,12 +63,12 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
    How:  when the logits processor has a soft-cap and a scale of 1 (Gemma 4),
          take the logits from vLLM's own ``_get_logits`` and soft-cap them in
          place with ``softcap_kernel.softcap_in_place``, which rounds where the
-         eager ops round: the result is bitwise vLLM's (every bf16 value is
-         checked in tests/gpu). Only the logits processors our drafter marks at
-         load time (its engine's target) take this path; anything else goes to
-         vLLM's method.
-   Upstream: none filed; a fused soft-cap in ``LogitsProcessor`` would serve
-         every Gemma model (and no speculation) as well.
+         eager ops round: the result is bitwise vLLM's (every bf16 and fp16
+         value is checked in tests/gpu). Only the logits processors our drafter
+         marks at load time (its engine's target) take this path; anything else
+         goes to vLLM's method.
+   Upstream: not filed in vllm-project/vllm yet; a one-pass soft-cap in
+         ``LogitsProcessor`` would serve every Gemma model (and no speculation).
    Remove when: vLLM soft-caps logits in one pass.
 ==========================================================================
 """
