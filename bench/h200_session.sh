@@ -143,9 +143,10 @@ verify_heads() { # VERIFY_HEADS=1: upstream's logits + soft-cap + argmax against
 
 logits_gemm() { # LOGITS_GEMM=1: the targets' logits GEMM alone (the cuBLAS kernel it
   # picks, other ways to compute it) and the rest of the logits path, at c and (k+1) x c rows
+  # (LOGITS_GEMM_31B=0: E4B's shape only)
   [ "${LOGITS_GEMM:-0}" = 1 ] || return 0
-  CUDA_VISIBLE_DEVICES=$1 python bench/logits_gemm_gpu.py --hidden 5376 --rows 32,128,512 \
-    --json $W/h200_logits_gemm_31B.json >$W/logits_gemm_31B.log 2>&1
+  [ "${LOGITS_GEMM_31B:-1}" = 1 ] && CUDA_VISIBLE_DEVICES=$1 python bench/logits_gemm_gpu.py \
+    --hidden 5376 --rows 32,128,512 --json $W/h200_logits_gemm_31B.json >$W/logits_gemm_31B.log 2>&1
   CUDA_VISIBLE_DEVICES=$1 python bench/logits_gemm_gpu.py --hidden 2560 --rows 128,512 \
     --json $W/h200_logits_gemm_E4B.json >$W/logits_gemm_E4B.log 2>&1
 }

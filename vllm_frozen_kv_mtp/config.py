@@ -73,7 +73,7 @@ CENTROID_HEADS = ("upstream", "sparse", "dense", "fused", "tiled", "auto")
 #: values of the ``dense_head`` option (see dense_head.py)
 DENSE_HEADS = ("upstream", "fused", "fp8")
 #: values of the ``target_softcap`` option (see softcap_kernel.py)
-TARGET_SOFTCAPS = ("one_pass", "vllm")
+TARGET_SOFTCAPS = ("one_pass", "table", "vllm")
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,8 @@ class FrozenKVOptions:
     dense_head: str = "upstream"
     #: NVIDIA GPUs, both runners: "one_pass" (default) soft-caps the target's logits
     #: (the (k+1) x c rows of each verify pass) in one in-place kernel, bitwise vLLM's
-    #: result; "vllm" keeps vLLM's three eager ops (see softcap_kernel.py)
+    #: result; "table" (experimental) looks bf16/fp16 logits up in a table of those
+    #: ops' own results; "vllm" keeps vLLM's three eager ops (see softcap_kernel.py)
     target_softcap: str = "one_pass"
 
     @classmethod

@@ -90,8 +90,8 @@ class FrozenKVMTPProposer(Gemma4Proposer):
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
         check_readonly_wiring(self.vllm_config, self._draft_attn_layer_names)
-        if self.frozen_options.target_softcap == "one_pass":
-            mark_target_logits(target_model)
+        if self.frozen_options.target_softcap != "vllm":
+            mark_target_logits(target_model, self.frozen_options.target_softcap)
         copy_target_kv_scales(self.vllm_config, self._draft_attn_layer_names)
 
     def initialize_attn_backend(

@@ -15,7 +15,9 @@ below 2^-13, where fp32 tanh rounds to its input; its multiplies (PTX ``mul.f32`
 subnormals. ``tests/gpu`` checks every bf16 and fp16 value and random fp32 values
 against the eager ops; the patch registry (patch 5) uses it only
 on NVIDIA GPUs, for the target of an engine that runs frozen_kv_mtp
-(``mark_target_logits``, at the drafter's load time).
+(``mark_target_logits``, at the drafter's load time). ``target_softcap="table"``
+looks 16-bit values up in a table of the eager ops' own results instead
+(``softcap_table_in_place``).
 """
 
 from __future__ import annotations
@@ -105,11 +107,14 @@ def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
 
 #: (dtype, cap, device) -> vLLM's soft-cap of every 16-bit pattern (``softcap_table``)
 _TABLES: dict[tuple[torch.dtype, float, str], torch.Tensor] = {}
+#: table-kernel launches so far (tests check that target_softcap="table" used it)
+TABLE_CALLS = 0
 
 
 def softcap_table(dtype: torch.dtype, cap: float, device: torch.device) -> torch.Tensor:
     """The eager ops' result for each of the 65536 bf16 (or fp16) bit patterns, computed
-    by those ops on ``device``: entry i is the soft-cap of the value whose bits are i."""
+    by those ops on ``device``: entry i is the soft-cap of the value whose bits are i.
+    Built once per key, outside CUDA-graph capture (``mark_target_logits``)."""
     key = (dtype, float(cap), str(device))
     table = _TABLES.get(key)
     if table is None:
@@ -119,27 +124,40 @@ def softcap_table(dtype: torch.dtype, cap: float, device: torch.device) -> torch
     return table
 
 
-def softcap_table_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
-    """A candidate for 16-bit logits: ``logits`` soft-capped in place by looking each
-    value up in ``softcap_table``, so bitwise the eager ops' result by construction
-    (subnormals and NaN payloads included) and with no tanh to compute. Not used by the
-    engine until it has run on the GPU (BENCHMARKS.md, next run); rows as for
-    ``softcap_in_place``; build the table outside CUDA-graph capture."""
+def built_softcap_table(logits: torch.Tensor, cap: float) -> torch.Tensor | None:
+    """The table for ``logits``' dtype and device if one was built, else None (the
+    patch never builds one: it may run inside CUDA-graph capture)."""
+    return _TABLES.get((logits.dtype, float(cap), str(logits.device)))
+
+
+def softcap_table_in_place(
+    logits: torch.Tensor, cap: float, table: torch.Tensor | None = None
+) -> torch.Tensor:
+    """16-bit ``logits`` soft-capped in place by looking each value up in
+    ``softcap_table`` (built here when ``table`` is None), so bitwise the eager ops'
+    result by construction (subnormals and NaN payloads included), with no tanh to
+    compute. Option ``target_softcap="table"`` (experimental until measured on the
+    GPU: BENCHMARKS.md, run N); rows as for ``softcap_in_place``."""
+    global TABLE_CALLS
     assert logits.dtype in (torch.bfloat16, torch.float16), logits.dtype
     rows, cols = logits.shape
-    table = softcap_table(logits.dtype, cap, logits.device)
+    if table is None:
+        table = softcap_table(logits.dtype, cap, logits.device)
     if rows and cols:
         grid = (rows, triton.cdiv(cols, BLOCK))
         _softcap_table_kernel[grid](
             logits.view(torch.int16), table.view(torch.int16), logits.stride(0), cols,
             BLOCK=BLOCK,
         )  # fmt: skip
+    TABLE_CALLS += 1
     return logits
 
 
-def mark_target_logits(target_model: Any) -> int:
-    """Mark the target's soft-capped logits processors for patch 5 (one pass, in place);
-    how many were marked (0: the target does not soft-cap)."""
+def mark_target_logits(target_model: Any, mode: str = "one_pass") -> int:
+    """Mark the target's soft-capped logits processors for patch 5 with ``mode``
+    ("one_pass" or "table": option ``target_softcap``); how many were marked (0: the
+    target does not soft-cap). For "table" on CUDA, build the table for the target's
+    dtype now, before vLLM captures CUDA graphs."""
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
     from vllm_frozen_kv_mtp.patches import ONE_PASS_SOFTCAP_ATTR
@@ -152,15 +170,24 @@ def mark_target_logits(target_model: Any) -> int:
             type(target_model).__name__,
         )
         return 0
+    param = next(target_model.parameters(), None) if hasattr(target_model, "parameters") else None
     marked = 0
     for module in modules():
         if isinstance(module, LogitsProcessor) and module.soft_cap is not None:
-            setattr(module, ONE_PASS_SOFTCAP_ATTR, True)
+            setattr(module, ONE_PASS_SOFTCAP_ATTR, mode)
             marked += 1
+            if (
+                mode == "table"
+                and param is not None
+                and param.is_cuda
+                and param.dtype in (torch.bfloat16, torch.float16)
+            ):
+                softcap_table(param.dtype, module.soft_cap, param.device)
     if marked:
         logger.info(
             "frozen_kv_mtp: the target's logit soft-cap runs in one pass on CUDA "
-            "(target_softcap='one_pass'; bitwise vLLM's three ops)"
+            "(target_softcap=%r; bitwise vLLM's three ops)",
+            mode,
         )
     return marked
 

@@ -65,8 +65,8 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
         check_readonly_wiring(self.vllm_config, self.draft_attn_layer_names)
-        if self.frozen_options.target_softcap == "one_pass":
-            mark_target_logits(target_model)
+        if self.frozen_options.target_softcap != "vllm":
+            mark_target_logits(target_model, self.frozen_options.target_softcap)
         if self.frozen_options.draft_attention == "split":
             self._install_split_decode_attention()
         self.frozen_dense_head = build_dense_head(

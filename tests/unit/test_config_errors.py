@@ -274,7 +274,7 @@ def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
     _refused(
         target,
         {"method": "frozen_kv_mtp", "model": assistant, "target_softcap": "fused"},
-        "target_softcap must be one of one_pass, vllm",
+        "target_softcap must be one of one_pass, table, vllm",
         '"one_pass" (the default)',
     )
     for rows in ("8", -2, 1.5, True):

@@ -63,8 +63,10 @@ def test_drafter_marks_only_soft_capped_logits_processors() -> None:
     model.capped = _logits_processor(soft_cap=30.0)
     model.plain = _logits_processor()
     assert mark_target_logits(model) == 1
-    assert getattr(model.capped, ONE_PASS_SOFTCAP_ATTR, False)
+    assert getattr(model.capped, ONE_PASS_SOFTCAP_ATTR, None) == "one_pass"
     assert not getattr(model.plain, ONE_PASS_SOFTCAP_ATTR, False)
+    assert mark_target_logits(model, "table") == 1  # on CPU: no table is built
+    assert getattr(model.capped, ONE_PASS_SOFTCAP_ATTR, None) == "table"
 
 
 def test_marked_processor_on_cpu_keeps_vllms_result() -> None:

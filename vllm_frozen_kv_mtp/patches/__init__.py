@@ -191,8 +191,8 @@ def _patch_cpu_float_expand(mod: ModuleType) -> None:
     setattr(mod, "expand_batch_to_tokens", expand_batch_to_tokens)  # noqa: B010
 
 
-#: set on a target's LogitsProcessor by our drafters (option target_softcap="one_pass"):
-#: patch 5 acts on that engine's target only
+#: set on a target's LogitsProcessor by our drafters to the option target_softcap
+#: ("one_pass" or "table"): patch 5 acts on that engine's target only
 ONE_PASS_SOFTCAP_ATTR = "_frozen_kv_mtp_one_pass_softcap"
 
 
@@ -210,8 +210,9 @@ def _patch_one_pass_softcap(mod: ModuleType) -> None:
         embedding_bias: Any = None,
         skip_gather: bool = False,
     ) -> Any:
+        mode = getattr(self, ONE_PASS_SOFTCAP_ATTR, None)
         if not (
-            getattr(self, ONE_PASS_SOFTCAP_ATTR, False)
+            mode
             and self.soft_cap is not None
             and self.scale == 1.0
             and not self.logits_as_input
@@ -219,9 +220,11 @@ def _patch_one_pass_softcap(mod: ModuleType) -> None:
         ):
             return original(self, lm_head, hidden_states, embedding_bias, skip_gather)
         from vllm_frozen_kv_mtp.softcap_kernel import (
+            built_softcap_table,
             eager_softcap,
             one_pass_softcap_supported,
             softcap_in_place,
+            softcap_table_in_place,
         )
 
         logits = self._get_logits(hidden_states, lm_head, embedding_bias, skip_gather)
@@ -229,6 +232,10 @@ def _patch_one_pass_softcap(mod: ModuleType) -> None:
             return None
         if not one_pass_softcap_supported(logits):
             return eager_softcap(logits, self.soft_cap)
+        if mode == "table":  # 16-bit logits whose table mark_target_logits built
+            table = built_softcap_table(logits, self.soft_cap)
+            if table is not None:
+                return softcap_table_in_place(logits, self.soft_cap, table)
         return softcap_in_place(logits, self.soft_cap)
 
     setattr(forward, _MARK, True)
