@@ -16,8 +16,8 @@ subnormals. ``tests/gpu`` checks every bf16 and fp16 value and random fp32 value
 against the eager ops; the patch registry (patch 5) uses it only
 on NVIDIA GPUs, for the target of an engine that runs frozen_kv_mtp
 (``mark_target_logits``, at the drafter's load time). ``target_softcap="table"``
-looks 16-bit values up in a table of the eager ops' own results instead
-(``softcap_table_in_place``).
+(opt-in; slower in whole steps, runs N-N3) looks 16-bit values up in a table of the
+eager ops' own results instead (``softcap_table_in_place``).
 """
 
 from __future__ import annotations
@@ -136,8 +136,9 @@ def softcap_table_in_place(
     """16-bit ``logits`` soft-capped in place by looking each value up in
     ``softcap_table`` (built here when ``table`` is None), so bitwise the eager ops'
     result by construction (subnormals and NaN payloads included), with no tanh to
-    compute. Option ``target_softcap="table"`` (experimental until measured on the
-    GPU: BENCHMARKS.md, run N); rows as for ``softcap_in_place``."""
+    compute. Option ``target_softcap="table"``, opt-in: exact on the H200 and faster
+    alone, but slower than ``softcap_in_place`` behind the logits GEMM at 512 rows and in
+    whole E4B steps at c=128 (BENCHMARKS.md, runs N-N3); rows as for ``softcap_in_place``."""
     global TABLE_CALLS
     assert logits.dtype in (torch.bfloat16, torch.float16), logits.dtype
     rows, cols = logits.shape

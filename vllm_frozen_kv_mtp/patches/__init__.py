@@ -284,7 +284,7 @@ PATCHES: tuple[Patch, ...] = (
         symbol="LogitsProcessor.forward",
         why="Gemma 4's logit soft-cap is three eager passes over (k+1) x c verify rows; "
         "one in-place pass gives bitwise the same logits (NVIDIA GPUs, frozen_kv_mtp "
-        "engines, option target_softcap='one_pass')",
+        "engines, option target_softcap='one_pass', or the opt-in 'table')",
         upstream="not filed in vllm-project/vllm yet (a one-pass soft-cap would serve every Gemma)",
         remove_when="vLLM soft-caps logits in one pass",
         apply=_patch_one_pass_softcap,
