@@ -106,7 +106,8 @@ class FrozenKVOptions:
     #: NVIDIA GPUs, both runners: "one_pass" (default) soft-caps the target's logits
     #: (the (k+1) x c rows of each verify pass) in one in-place kernel, bitwise vLLM's
     #: result; "table" (opt-in, slower in whole steps on the H200) looks bf16/fp16
-    #: logits up in a table of those ops' own results; "vllm" keeps vLLM's three eager ops (see softcap_kernel.py)
+    #: logits up in a table of those ops' own results; "vllm" keeps vLLM's three eager
+    #: ops (see softcap_kernel.py)
     target_softcap: str = "one_pass"
 
     @classmethod
