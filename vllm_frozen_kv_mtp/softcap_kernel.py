@@ -161,7 +161,7 @@ def mark_target_logits(target_model: Any, mode: str = "one_pass") -> int:
     dtype now, before vLLM captures CUDA graphs."""
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
-    from vllm_frozen_kv_mtp.patches import ONE_PASS_SOFTCAP_ATTR
+    from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
 
     modules = getattr(target_model, "modules", None)  # wrappers forward it to the model
     if modules is None:
@@ -175,7 +175,7 @@ def mark_target_logits(target_model: Any, mode: str = "one_pass") -> int:
     marked = 0
     for module in modules():
         if isinstance(module, LogitsProcessor) and module.soft_cap is not None:
-            setattr(module, ONE_PASS_SOFTCAP_ATTR, mode)
+            setattr(module, TARGET_SOFTCAP_ATTR, mode)
             marked += 1
             if (
                 mode == "table"

@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import pair
 from tests.helpers import PROMPTS, engine, num_preemptions, spec_metrics
 from vllm_frozen_kv_mtp.instrument import model_runner
-from vllm_frozen_kv_mtp.patches import ONE_PASS_SOFTCAP_ATTR
+from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
 
 pytestmark = pytest.mark.engine
 
@@ -51,7 +51,7 @@ def _without_and_with(
         # the drafter marked the target's soft-capped logits for patch 5 (which keeps
         # vLLM's ops on CPU; tests/gpu checks the kernel)
         target_model = model_runner(llm).model
-        assert any(getattr(m, ONE_PASS_SOFTCAP_ATTR, False) for m in target_model.modules())
+        assert any(getattr(m, TARGET_SOFTCAP_ATTR, False) for m in target_model.modules())
     return expected, got, metrics
 
 

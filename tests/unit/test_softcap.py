@@ -56,17 +56,17 @@ def _logits_processor(**kw: float) -> Any:
 
 
 def test_drafter_marks_only_soft_capped_logits_processors() -> None:
-    from vllm_frozen_kv_mtp.patches import ONE_PASS_SOFTCAP_ATTR
+    from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
     from vllm_frozen_kv_mtp.softcap_kernel import mark_target_logits
 
     model = torch.nn.Module()
     model.capped = _logits_processor(soft_cap=30.0)
     model.plain = _logits_processor()
     assert mark_target_logits(model) == 1
-    assert getattr(model.capped, ONE_PASS_SOFTCAP_ATTR, None) == "one_pass"
-    assert not getattr(model.plain, ONE_PASS_SOFTCAP_ATTR, False)
+    assert getattr(model.capped, TARGET_SOFTCAP_ATTR, None) == "one_pass"
+    assert not getattr(model.plain, TARGET_SOFTCAP_ATTR, False)
     assert mark_target_logits(model, "table") == 1  # on CPU: no table is built
-    assert getattr(model.capped, ONE_PASS_SOFTCAP_ATTR, None) == "table"
+    assert getattr(model.capped, TARGET_SOFTCAP_ATTR, None) == "table"
 
 
 def test_marked_processor_on_cpu_keeps_vllms_result() -> None:

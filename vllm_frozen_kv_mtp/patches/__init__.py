@@ -193,7 +193,7 @@ def _patch_cpu_float_expand(mod: ModuleType) -> None:
 
 #: set on a target's LogitsProcessor by our drafters to the option target_softcap
 #: ("one_pass" or "table"): patch 5 acts on that engine's target only
-ONE_PASS_SOFTCAP_ATTR = "_frozen_kv_mtp_one_pass_softcap"
+TARGET_SOFTCAP_ATTR = "_frozen_kv_mtp_target_softcap"
 
 
 def _patch_one_pass_softcap(mod: ModuleType) -> None:
@@ -210,7 +210,7 @@ def _patch_one_pass_softcap(mod: ModuleType) -> None:
         embedding_bias: Any = None,
         skip_gather: bool = False,
     ) -> Any:
-        mode = getattr(self, ONE_PASS_SOFTCAP_ATTR, None)
+        mode = getattr(self, TARGET_SOFTCAP_ATTR, None)
         if not (
             mode
             and self.soft_cap is not None
