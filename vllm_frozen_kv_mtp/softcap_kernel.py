@@ -105,17 +105,23 @@ def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
     return logits
 
 
+#: a table holds one dtype's soft-cap at one cap on one device
+TableKey = tuple[torch.dtype, float, str]
 #: (dtype, cap, device) -> vLLM's soft-cap of every 16-bit pattern (``softcap_table``)
-_TABLES: dict[tuple[torch.dtype, float, str], torch.Tensor] = {}
+_TABLES: dict[TableKey, torch.Tensor] = {}
 #: table-kernel launches so far (tests check that target_softcap="table" used it)
 TABLE_CALLS = 0
+
+
+def _table_key(dtype: torch.dtype, cap: float, device: torch.device) -> TableKey:
+    return (dtype, float(cap), str(device))
 
 
 def softcap_table(dtype: torch.dtype, cap: float, device: torch.device) -> torch.Tensor:
     """The eager ops' result for each of the 65536 bf16 (or fp16) bit patterns, computed
     by those ops on ``device``: entry i is the soft-cap of the value whose bits are i.
     Built once per key, outside CUDA-graph capture (``mark_target_logits``)."""
-    key = (dtype, float(cap), str(device))
+    key = _table_key(dtype, cap, device)
     table = _TABLES.get(key)
     if table is None:
         bits = torch.arange(2**16, dtype=torch.int32, device=device).to(torch.int16)
@@ -127,7 +133,7 @@ def softcap_table(dtype: torch.dtype, cap: float, device: torch.device) -> torch
 def built_softcap_table(logits: torch.Tensor, cap: float) -> torch.Tensor | None:
     """The table for ``logits``' dtype and device if one was built, else None (the
     patch never builds one: it may run inside CUDA-graph capture)."""
-    return _TABLES.get((logits.dtype, float(cap), str(logits.device)))
+    return _TABLES.get(_table_key(logits.dtype, cap, logits.device))
 
 
 def softcap_table_in_place(
