@@ -1,7 +1,7 @@
 """Draft-step attention on CUDA, alone (no engine): vLLM's Triton ``unified_attention``
 at a Gemma 4 assistant's shapes (E4B or 31B), split-KV ("3D", 16 segments + reduce) against one
 pass per (request, KV head) ("2D"), and this project's split decode kernel
-(``vllm_frozen_kv_mtp.decode_attention_kernel``, what ``draft_attention="split"`` runs),
+(``vllm_frozen_kv_mtp.kernels.decode_attention_kernel``, what ``draft_attention="split"`` runs),
 for one decode query per request.
 
     python bench/attn_gpu.py --rows 1,8,16,32,64,128 --contexts 128,256,512,2048 \\
@@ -80,7 +80,7 @@ def attention_call(
     cu_q = torch.arange(rows + 1, device=dev, dtype=torch.int32)
     seq_lens = torch.full((rows,), context, device=dev, dtype=torch.int32)
     if kind.startswith("frozen"):
-        from vllm_frozen_kv_mtp.decode_attention_kernel import (
+        from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import (
             DecodeAttentionWorkspace,
             decode_attention,
             default_splits,

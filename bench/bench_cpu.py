@@ -30,7 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from vllm_frozen_kv_mtp.demo import resolve_pair, tiny_llm  # noqa: E402
-from vllm_frozen_kv_mtp.prompts import CODE_PROMPTS  # noqa: E402
+from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS  # noqa: E402
 
 METHODS = ("none", "mtp", "frozen_kv_mtp")
 

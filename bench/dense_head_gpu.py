@@ -1,6 +1,6 @@
 """A dense assistant head alone on CUDA (no engine): upstream's draft head (GEMM to
 full-vocabulary logits, soft-cap, argmax) against ``dense_head="fused"`` and ``"fp8"``
-(vllm_frozen_kv_mtp/dense_head.py), at the 31B assistant's head shape.
+(vllm_frozen_kv_mtp/kernels/dense_head.py), at the 31B assistant's head shape.
 
     python bench/dense_head_gpu.py --rows 1,8,16,32,64,128 --json bench/results/h200_dense_head.json
 
@@ -54,7 +54,7 @@ def main() -> None:
     import torch
     from heads_gpu import time_graph  # type: ignore[import-not-found]
 
-    from vllm_frozen_kv_mtp.dense_head import DenseHead, dense_top_tokens, quantize_rows_fp8
+    from vllm_frozen_kv_mtp.kernels.dense_head import DenseHead, dense_top_tokens, quantize_rows_fp8
 
     g = torch.Generator(device="cuda").manual_seed(0)
     weight = torch.randn(args.vocab, args.hidden, device="cuda", generator=g)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 from vllm_frozen_kv_mtp.demo import resolve_pair  # noqa: E402
-from vllm_frozen_kv_mtp.prompts import CODE_PROMPTS  # noqa: E402
+from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS  # noqa: E402
 
 MODES = ("frozen_kv_mtp", "mtp")
 

@@ -8,7 +8,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 import vllm_frozen_kv_mtp  # noqa: E402
 
 vllm_frozen_kv_mtp.register()
-from tests.helpers import PROMPTS, engine, outputs  # noqa: E402
+from tests.utils.engine import PROMPTS, engine, outputs  # noqa: E402
 
 if __name__ == "__main__":
     from vllm import SamplingParams

@@ -16,7 +16,7 @@ profiles can be read, and times other ways to compute the same logits:
 - ``chunkN``: the vocabulary in N slices, concatenated.
 
 The soft-cap is also timed as one in-place Triton pass that rounds to bf16 after each of
-vLLM's three ops (``softcap1``, ``vllm_frozen_kv_mtp/softcap_kernel.py``, what option
+vLLM's three ops (``softcap1``, ``vllm_frozen_kv_mtp/kernels/softcap_kernel.py``, what option
 ``target_softcap="one_pass"`` runs; ``softcap1_equal``: bitwise vLLM's result), and
 as a lookup of each bf16 value in a table of vLLM's results (``softcap_table``, a
 candidate: no tanh per element).
@@ -77,7 +77,7 @@ def main() -> None:
     def softcap(x: Any) -> Any:  # LogitsProcessor.forward's three passes
         return torch.tanh(x / SOFTCAP) * SOFTCAP
 
-    from vllm_frozen_kv_mtp.softcap_kernel import (
+    from vllm_frozen_kv_mtp.kernels.softcap_kernel import (
         softcap_in_place,
         softcap_table_in_place,
     )

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vllm_frozen_kv_mtp import METHOD
-from vllm_frozen_kv_mtp.draft_attention import DRAFT_ATTENTIONS, VLLM_DEFAULT
 from vllm_frozen_kv_mtp.gemma4_shapes import (
     GEMMA4_ASSISTANT_TYPES,
     GEMMA4_TARGET_TYPES,
@@ -22,6 +21,7 @@ from vllm_frozen_kv_mtp.gemma4_shapes import (
     layer_kv_shape,
     text_config,
 )
+from vllm_frozen_kv_mtp.kernels.draft_attention import DRAFT_ATTENTIONS, VLLM_DEFAULT
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 

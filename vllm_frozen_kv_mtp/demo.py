@@ -19,7 +19,7 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from vllm_frozen_kv_mtp.prompts import CODE_PROMPTS  # noqa: E402
+from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS  # noqa: E402
 
 PROMPTS = CODE_PROMPTS[:8]
 

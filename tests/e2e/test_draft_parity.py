@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import pair
-from tests.helpers import PROMPTS, engine, outputs, record_drafts
+from tests.utils.engine import PROMPTS, engine, outputs, record_drafts
 
 pytestmark = pytest.mark.engine
 

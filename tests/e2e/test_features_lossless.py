@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.conftest import pair
-from tests.helpers import PROMPTS, engine, num_preemptions, spec_metrics
+from tests.utils.engine import PROMPTS, engine, num_preemptions, spec_metrics
 from vllm_frozen_kv_mtp.instrument import model_runner
 from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import pair
-from tests.helpers import PROMPTS, engine, outputs, spec_metrics
+from tests.utils.engine import PROMPTS, engine, outputs, spec_metrics
 
 pytestmark = pytest.mark.engine
 

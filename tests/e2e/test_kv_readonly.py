@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import pair
-from tests.helpers import PROMPTS, drafter, engine, model_runner, outputs
+from tests.utils.engine import PROMPTS, drafter, engine, model_runner, outputs
 from vllm_frozen_kv_mtp.frozen_kv import KVWriteError, kv_checksum
 
 pytestmark = pytest.mark.engine

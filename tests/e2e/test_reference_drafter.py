@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import pair
-from tests.helpers import engine, outputs, record_drafts
+from tests.utils.engine import engine, outputs, record_drafts
+from vllm_frozen_kv_mtp.fixtures.reference import load_pair, reference_drafts
 from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
-from vllm_frozen_kv_mtp.reference import load_pair, reference_drafts
 
 pytestmark = pytest.mark.engine
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.conftest import pair
-from tests.helpers import engine, spec_metrics
+from tests.utils.engine import engine, spec_metrics
 
 pytestmark = pytest.mark.engine
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import engine, outputs, spec_metrics
+from tests.utils.engine import engine, outputs, spec_metrics
 from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, metrics, trained_pair_paths
 
 pytestmark = pytest.mark.engine

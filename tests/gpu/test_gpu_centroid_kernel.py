@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from vllm_frozen_kv_mtp import centroid_kernel
-from vllm_frozen_kv_mtp.centroid_head import candidate_tokens, top_tokens
+from vllm_frozen_kv_mtp.kernels import centroid_kernel
+from vllm_frozen_kv_mtp.kernels.centroid_head import candidate_tokens, top_tokens
 
 pytestmark = [
     pytest.mark.gpu,

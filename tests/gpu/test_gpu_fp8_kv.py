@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.gpu import GRAPH_KW
-from tests.helpers import drafter, engine, outputs, spec_metrics
+from tests.utils.engine import drafter, engine, outputs, spec_metrics
 from vllm_frozen_kv_mtp.instrument import acceptance
 
 pytestmark = [
@@ -100,8 +100,8 @@ def test_fp8_kv_split_decode_attention(calibrated_target_scales: None, runner: s
         pytest.skip("draft_attention applies to Model Runner V2")
     from vllm import SamplingParams
 
-    from vllm_frozen_kv_mtp import split_decode_impl
     from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
+    from vllm_frozen_kv_mtp.kernels import split_decode_impl
 
     t, a = trained_pair_paths()
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]

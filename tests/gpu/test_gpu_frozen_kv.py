@@ -15,7 +15,7 @@ import torch
 
 from tests.conftest import pair
 from tests.gpu import GRAPH_KW, KV_BYTES
-from tests.helpers import (
+from tests.utils.engine import (
     PROMPTS,
     clear_margin_case,
     drafter,
@@ -25,8 +25,8 @@ from tests.helpers import (
     record_drafts,
     spec_metrics,
 )
-from vllm_frozen_kv_mtp import softcap_kernel
 from vllm_frozen_kv_mtp.instrument import acceptance
+from vllm_frozen_kv_mtp.kernels import softcap_kernel
 
 pytestmark = [
     pytest.mark.gpu,
@@ -78,7 +78,7 @@ def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
     # the target's logits were soft-capped in one pass (target_softcap="one_pass")
     assert softcap_kernel.CALLS > softcaps
     if runner == "v2":
-        import vllm_frozen_kv_mtp.seed_rows as seed_rows
+        import vllm_frozen_kv_mtp.v2.seed_rows as seed_rows
 
         assert seed_rows.FALLBACKS == 0, "the seed-row kernel fell back to torch ops"
     assert single == expected[:4]
@@ -217,7 +217,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     requests at once put the first rounds in a >=32-row graph bucket."""
     if runner != "v2":
         pytest.skip("centroid_head applies to Model Runner V2")
-    import vllm_frozen_kv_mtp.speculator as speculator_module
+    import vllm_frozen_kv_mtp.v2.speculator as speculator_module
 
     calls: dict[str, list[tuple[str, int]]] = {}
     original_top_tokens = speculator_module.top_tokens
@@ -255,8 +255,8 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     assert max(len(r) for r in drafts["auto"]) >= 32
     assert drafts["sparse"] == drafts["upstream"]
     assert drafts["dense"] == drafts["upstream"]
-    import vllm_frozen_kv_mtp.centroid_kernel as centroid_kernel
-    import vllm_frozen_kv_mtp.seed_rows as seed_rows
+    import vllm_frozen_kv_mtp.kernels.centroid_kernel as centroid_kernel
+    import vllm_frozen_kv_mtp.v2.seed_rows as seed_rows
 
     assert centroid_kernel.FALLBACKS == 0, "the fused head fell back to dense"
     assert centroid_kernel.TILED_FALLBACKS == 0, "the tiled head fell back to fused"
@@ -308,7 +308,7 @@ def test_v2_split_decode_attention_keeps_output_and_drafts(runner: str) -> None:
     oracle pair still accepts every draft (fp32), async on, CUDA graphs."""
     if runner != "v2":
         pytest.skip("draft_attention applies to Model Runner V2")
-    from vllm_frozen_kv_mtp import split_decode_impl
+    from vllm_frozen_kv_mtp.kernels import split_decode_impl
 
     target, assistant, prompts, kw, expected = _no_spec_baseline("fp32-oracle")
     spec = {
@@ -348,7 +348,7 @@ def test_v2_fused_dense_head_drafts_what_upstream_drafts(runner: str) -> None:
     fixture's assistant has no centroids). 40 requests at once reach a >=32-row bucket."""
     if runner != "v2":
         pytest.skip("dense_head applies to Model Runner V2")
-    import vllm_frozen_kv_mtp.dense_head as dense_head
+    import vllm_frozen_kv_mtp.kernels.dense_head as dense_head
 
     target, assistant = pair("fp32")
     prompts = [f"{p} # {i}" for i in range(3) for p in PROMPTS][:40]
@@ -379,7 +379,7 @@ def test_v2_fp8_dense_head_keeps_output(runner: str) -> None:
     acceptance stays within 10% of the bf16/fp32 head's."""
     if runner != "v2":
         pytest.skip("dense_head applies to Model Runner V2")
-    import vllm_frozen_kv_mtp.dense_head as dense_head
+    import vllm_frozen_kv_mtp.kernels.dense_head as dense_head
 
     target, assistant, prompts, kw, expected = _no_spec_baseline("trained")
     res = {}

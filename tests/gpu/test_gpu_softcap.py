@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from vllm_frozen_kv_mtp.softcap_kernel import (
+from vllm_frozen_kv_mtp.kernels.softcap_kernel import (
     BLOCK,
     eager_softcap,
     one_pass_softcap_supported,
@@ -98,8 +98,8 @@ def test_table_softcap_in_an_engine_matches_vllms_softcap(runner: str) -> None:
     from vllm import SamplingParams
 
     from tests.gpu import KV_BYTES
-    from tests.helpers import clear_margin_case, engine, outputs
-    from vllm_frozen_kv_mtp import softcap_kernel
+    from tests.utils.engine import clear_margin_case, engine, outputs
+    from vllm_frozen_kv_mtp.kernels import softcap_kernel
 
     target, assistant, prompts, extra = clear_margin_case("trained")
     kw = {**extra, "dtype": "bfloat16", "enforce_eager": True, "kv_cache_memory_bytes": KV_BYTES}

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.gpu import GRAPH_KW
-from tests.helpers import clear_margin_case, engine, outputs, spec_metrics
+from tests.utils.engine import clear_margin_case, engine, outputs, spec_metrics
 from vllm_frozen_kv_mtp.instrument import acceptance, worker_drafter_info
 
 pytestmark = [

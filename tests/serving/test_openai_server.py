@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import PROMPTS
 from tests.serving.conftest import K, Servers
+from tests.utils.engine import PROMPTS
 from vllm_frozen_kv_mtp.serving import client, load
 
 pytestmark = pytest.mark.serving

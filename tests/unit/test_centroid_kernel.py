@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from tests.unit.test_seed_rows import run_in_triton_interpreter
+from tests.utils.triton_interpreter import run_in_triton_interpreter
 
 VOCAB, CENTROIDS, TOP_K, DIM = 2048, 32, 4, 160  # DIM: 2 blocks of 128, the last partial
 
@@ -43,8 +43,8 @@ def _model(seed: int, suppress: list[int] | None) -> Any:
 
 def check() -> None:
     """Run inside the interpreter subprocess."""
-    from vllm_frozen_kv_mtp.centroid_head import candidate_tokens, top_centroids, top_tokens
-    from vllm_frozen_kv_mtp.centroid_kernel import (
+    from vllm_frozen_kv_mtp.kernels.centroid_head import candidate_tokens, top_centroids, top_tokens
+    from vllm_frozen_kv_mtp.kernels.centroid_kernel import (
         fused_head_supported,
         fused_top_centroids,
         fused_top_tokens,
@@ -53,7 +53,7 @@ def check() -> None:
     check_top_centroids(fused_top_centroids)
 
     assert fused_head_supported(VOCAB // CENTROIDS)
-    import vllm_frozen_kv_mtp.centroid_kernel as centroid_kernel
+    import vllm_frozen_kv_mtp.kernels.centroid_kernel as centroid_kernel
 
     centroid_kernel.TILE_BLOCK_M = 16  # "tiled" at 40 rows: blocks of 16, 16 and 8
     with torch.no_grad():
@@ -93,7 +93,7 @@ def check() -> None:
     check_tiled()
     with torch.no_grad():
         # A launch that raises: counted, logged, and the head scores with "dense" from then on.
-        import vllm_frozen_kv_mtp.centroid_kernel as centroid_kernel
+        import vllm_frozen_kv_mtp.kernels.centroid_kernel as centroid_kernel
 
         model = _model(7, None)
         me = model.masked_embedding
@@ -106,7 +106,7 @@ def check() -> None:
         assert centroid_kernel.FALLBACKS == 1 and not fused_head_supported(64)
         assert torch.equal(top_tokens(model, h, "fused"), top_tokens(model, h, "dense"))
         # A top-k launch that raises: counted, and the centroids come from torch.topk.
-        from vllm_frozen_kv_mtp.centroid_head import fused_head_centroids
+        from vllm_frozen_kv_mtp.kernels.centroid_head import fused_head_centroids
 
         centroid_kernel._centroid_topk_kernel = _Raising()  # type: ignore[assignment]
         assert fused_top_centroids(me.centroids(h), TOP_K) is None
@@ -122,8 +122,8 @@ def check_tiled() -> None:
     and NaN rows beside finite ones (``check`` covers plain picks and suppressed tokens).
     fp32 only: the interpreter's bf16 ``tl.dot`` is wrong (Triton 3.6.0), so
     tests/gpu/test_gpu_centroid_kernel.py checks bf16 on CUDA."""
-    from vllm_frozen_kv_mtp.centroid_head import candidate_tokens, top_centroids, top_tokens
-    from vllm_frozen_kv_mtp.centroid_kernel import fused_top_tokens
+    from vllm_frozen_kv_mtp.kernels.centroid_head import candidate_tokens, top_centroids, top_tokens
+    from vllm_frozen_kv_mtp.kernels.centroid_kernel import fused_top_tokens
 
     with torch.no_grad():
         # Exact ties in two rows of different blocks: the lowest token id, in any order.
@@ -146,7 +146,7 @@ def check_tiled() -> None:
             assert got is not None and torch.equal(got, want)
         assert torch.equal(want, top_tokens(model, h, "dense"))
         # A tiled launch that raises: counted, and the per-centroid kernel scores instead.
-        from vllm_frozen_kv_mtp import centroid_kernel
+        from vllm_frozen_kv_mtp.kernels import centroid_kernel
 
         tile_kernel = centroid_kernel._centroid_tile_kernel
         centroid_kernel._centroid_tile_kernel = _Raising()  # type: ignore[assignment]

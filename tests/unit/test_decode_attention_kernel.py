@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from tests.unit.test_seed_rows import run_in_triton_interpreter
-from vllm_frozen_kv_mtp.decode_attention_kernel import (
+from tests.utils.triton_interpreter import run_in_triton_interpreter
+from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import (
     MAX_SPLITS,
     DecodeAttentionWorkspace,
     choose_splits,
@@ -53,7 +53,7 @@ def make_case(
 
 def check() -> None:
     """Run inside the interpreter subprocess."""
-    from vllm_frozen_kv_mtp.decode_attention_kernel import (
+    from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import (
         DecodeAttentionWorkspace,
         decode_attention,
     )

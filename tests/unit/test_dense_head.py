@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.unit.test_seed_rows import run_in_triton_interpreter
+from tests.utils.triton_interpreter import run_in_triton_interpreter
 from vllm_frozen_kv_mtp.config import DENSE_HEADS
-from vllm_frozen_kv_mtp.dense_head import (
+from vllm_frozen_kv_mtp.kernels.dense_head import (
     FP8_MAX,
     FP8_MAX_ROWS,
     build_dense_head,
@@ -35,7 +35,7 @@ def make_case(rows: int, vocab: int, dim: int, seed: int) -> tuple[torch.Tensor,
 
 def check() -> None:
     """Run inside the interpreter subprocess."""
-    from vllm_frozen_kv_mtp.dense_head import dense_top_tokens
+    from vllm_frozen_kv_mtp.kernels.dense_head import dense_top_tokens
 
     # rows below one tl.dot block, across two row blocks; vocab not a block multiple
     for rows, vocab, dim in ((3, 1000, 96), (70, 517, 64)):
@@ -133,7 +133,7 @@ def test_v2_sample_draft_uses_the_dense_head(monkeypatch: pytest.MonkeyPatch) ->
     """``FrozenKVMTPSpeculator.sample_draft`` drafts a greedy round of a dense assistant
     with the prepared head; a round that needs draft logits, and a head whose launch
     failed (``top_tokens`` None), go to vLLM's own ``sample_draft``."""
-    import vllm_frozen_kv_mtp.speculator as speculator_module
+    import vllm_frozen_kv_mtp.v2.speculator as speculator_module
     from vllm_frozen_kv_mtp.config import FrozenKVOptions
 
     cls = speculator_module.FrozenKVMTPSpeculator

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from vllm_frozen_kv_mtp.draft_attention import VLLM_DEFAULT, set_sliding_split_kv_max_rows
+from vllm_frozen_kv_mtp.kernels.draft_attention import VLLM_DEFAULT, set_sliding_split_kv_max_rows
 
 
 def _groups() -> list[list[SimpleNamespace]]:

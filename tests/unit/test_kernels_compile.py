@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from tests.unit.test_seed_rows import run_in_triton_interpreter
+from tests.utils.triton_interpreter import run_in_triton_interpreter
 
 
 def compile_sm90(kernel: Any, types: dict[str, str], consts: dict[str, Any]) -> Any:
@@ -42,7 +42,7 @@ def compile_sm90(kernel: Any, types: dict[str, str], consts: dict[str, Any]) -> 
 
 
 def _split_types(dtype: str, kv_dtype: str, q_dtype: str | None = None) -> dict[str, str]:
-    from vllm_frozen_kv_mtp.decode_attention_kernel import _decode_split_kernel
+    from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import _decode_split_kernel
 
     types = {}
     for name in inspect.signature(_decode_split_kernel.fn).parameters:
@@ -56,7 +56,7 @@ def _split_types(dtype: str, kv_dtype: str, q_dtype: str | None = None) -> dict[
 def check_decode_attention() -> None:
     """Run inside the subprocess: the split and merge kernels at the E4B drafter's shapes
     (sliding head 256, full head 512) in bf16, FP8 KV, softcap and fp32 variants."""
-    from vllm_frozen_kv_mtp.decode_attention_kernel import (
+    from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import (
         _decode_merge_kernel,
         _decode_split_kernel,
         tile_keys,
@@ -112,8 +112,8 @@ def _types(kernel: Any, pointer: str = "*i64", **override: str) -> dict[str, str
 def check_centroid_and_seed_kernels() -> None:
     """Run inside the subprocess: the E4B head's shapes (hidden 256, 128 tokens per
     centroid, top 32 of 2048 centroids) in bf16, the tiled kernel in fp32 too."""
-    from vllm_frozen_kv_mtp import centroid_kernel as ck
-    from vllm_frozen_kv_mtp.seed_rows import _load_seed_kernel
+    from vllm_frozen_kv_mtp.kernels import centroid_kernel as ck
+    from vllm_frozen_kv_mtp.v2.seed_rows import _load_seed_kernel
 
     head = dict(hidden_ptr="*bf16", weight_ptr="*bf16", part_score_ptr="*fp32")
     compile_sm90(
@@ -164,7 +164,7 @@ def check_dense_head() -> None:
     """Run inside the subprocess: the dense head at 31B's head shape (hidden 1024), bf16
     hidden states over bf16 or FP8 rows (FP8 also in 128-wide hidden chunks, as small
     batches launch it), fp32 with IEEE dots, one and four row blocks."""
-    from vllm_frozen_kv_mtp import dense_head as dh
+    from vllm_frozen_kv_mtp.kernels import dense_head as dh
 
     for hidden, weight, rows_block, block_k in (
         ("bf16", "bf16", 16, dh.BLOCK_K), ("bf16", "fp8e4nv", 64, dh.BLOCK_K),
@@ -200,7 +200,7 @@ def test_dense_head_kernels_compile_for_sm90() -> None:
 def check_softcap() -> None:
     """Run inside the subprocess: the one-pass soft-cap over bf16, fp16 and fp32 logits
     (the target's dtype), and the table kernel over 16-bit patterns."""
-    from vllm_frozen_kv_mtp import softcap_kernel as sk
+    from vllm_frozen_kv_mtp.kernels import softcap_kernel as sk
 
     for dtype in ("bf16", "fp16", "fp32"):
         types = _types(sk._softcap_kernel, x_ptr=f"*{dtype}", inv_cap="fp32", cap="fp32")

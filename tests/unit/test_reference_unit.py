@@ -11,19 +11,19 @@ import pytest
 import torch
 
 from tests.conftest import pair
+from vllm_frozen_kv_mtp.fixtures.reference import (
+    draft_step,
+    load_pair,
+    reference_drafts,
+    target_state,
+    window_kv,
+)
 from vllm_frozen_kv_mtp.fixtures.trained import (
     TRAINED_DIR,
     TrainedPairError,
     eval_prompts,
     trained_pair_paths,
     verify_checksums,
-)
-from vllm_frozen_kv_mtp.reference import (
-    draft_step,
-    load_pair,
-    reference_drafts,
-    target_state,
-    window_kv,
 )
 
 WINDOW = 32

@@ -39,7 +39,17 @@ def test_register_is_idempotent_and_schedules_each_patch_once() -> None:
     first = patches.applied_targets()
     vllm_frozen_kv_mtp.register()
     assert patches.applied_targets() == first
-    assert set(first) == {p.target for p in patches.PATCHES}
+    assert set(first) == {p.target for p in patches.PATCHES if p.apply is not None}
+
+
+def test_load_time_changes_name_the_function_that_makes_them() -> None:
+    import importlib
+
+    load_time = [p for p in patches.PATCHES if p.apply is None]
+    assert load_time, "the registry lists the drafter's load-time changes too"
+    for p in load_time:
+        module, _, name = p.applied_by.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), name)), p.applied_by
 
 
 def test_every_patch_is_documented() -> None:
@@ -74,7 +84,7 @@ import torch
 print(json.dumps({
     "seconds": dt,
     "runner_imported": "vllm.v1.worker.gpu_model_runner" in sys.modules,
-    "proposer_imported": "vllm_frozen_kv_mtp.proposer" in sys.modules,
+    "proposer_imported": "vllm_frozen_kv_mtp.v1.proposer" in sys.modules,
     "cuda_initialized": torch.cuda.is_initialized(),
 }))
 """

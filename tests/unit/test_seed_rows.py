@@ -9,18 +9,12 @@ imported there.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import fields
-from pathlib import Path
 
 import torch
 
-from vllm_frozen_kv_mtp.seed_rows import SeedBuffers, SeedInputs, load_seed_rows_torch
-
-REPO = Path(__file__).resolve().parents[2]
-TRITON_DIR = Path(os.environ.get("FROZEN_KV_TRITON_DIR", Path(sys.prefix) / "triton-interpreter"))
+from tests.utils.triton_interpreter import run_in_triton_interpreter
+from vllm_frozen_kv_mtp.v2.seed_rows import SeedBuffers, SeedInputs, load_seed_rows_torch
 
 
 def make_case(
@@ -86,7 +80,7 @@ _KERNEL_CHECK = """
 import torch
 from dataclasses import fields
 from tests.unit.test_seed_rows import make_case
-from vllm_frozen_kv_mtp.seed_rows import load_seed_rows_torch, load_seed_rows_triton
+from vllm_frozen_kv_mtp.v2.seed_rows import load_seed_rows_torch, load_seed_rows_triton
 for seed in range(3):
     src, want = make_case(seed)
     _, got = make_case(seed)
@@ -99,24 +93,6 @@ print("kernel matches torch")
 """
 
 
-def run_in_triton_interpreter(code: str, interpret: bool = True) -> str:
-    """Run ``code`` in a subprocess that has Triton, in interpreter mode (CPU) unless
-    ``interpret`` is false (compile-only checks); its stdout."""
-    assert TRITON_DIR.is_dir(), f"{TRITON_DIR} is missing: run `make install`"
-    env = dict(os.environ, TRITON_INTERPRET="1" if interpret else "0")
-    env["PYTHONPATH"] = os.pathsep.join([str(TRITON_DIR), str(REPO), env.get("PYTHONPATH", "")])
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
-    return out.stdout
-
-
 def test_triton_kernel_writes_what_the_torch_path_writes() -> None:
     assert "kernel matches torch" in run_in_triton_interpreter(_KERNEL_CHECK)
 
@@ -126,7 +102,7 @@ def test_v2_speculator_hands_vllm_buffers_to_the_loader() -> None:
     into the loader (CPU tensors: the torch path), field for field."""
     from types import SimpleNamespace
 
-    from vllm_frozen_kv_mtp.speculator import FrozenKVMTPSpeculator
+    from vllm_frozen_kv_mtp.v2.speculator import FrozenKVMTPSpeculator
 
     src, want = make_case(3)
     _, got = make_case(3)

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from tests.unit.test_seed_rows import run_in_triton_interpreter
+from tests.utils.triton_interpreter import run_in_triton_interpreter
 
 _TABLE_CHECK = """
 import torch
-from vllm_frozen_kv_mtp.softcap_kernel import BLOCK, eager_softcap, softcap_table_in_place
+from vllm_frozen_kv_mtp.kernels.softcap_kernel import BLOCK, eager_softcap, softcap_table_in_place
 
 g = torch.Generator().manual_seed(0)
 for dtype in (torch.bfloat16, torch.float16):
@@ -56,8 +56,8 @@ def _logits_processor(**kw: float) -> Any:
 
 
 def test_drafter_marks_only_soft_capped_logits_processors() -> None:
+    from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
     from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
-    from vllm_frozen_kv_mtp.softcap_kernel import mark_target_logits
 
     model = torch.nn.Module()
     model.capped = _logits_processor(soft_cap=30.0)
@@ -72,7 +72,7 @@ def test_drafter_marks_only_soft_capped_logits_processors() -> None:
 def test_marked_processor_on_cpu_keeps_vllms_result() -> None:
     """Patch 5 is for CUDA tensors: a marked processor on CPU runs vLLM's ops."""
     import vllm_frozen_kv_mtp
-    from vllm_frozen_kv_mtp.softcap_kernel import mark_target_logits
+    from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
 
     vllm_frozen_kv_mtp.register()
     from vllm.model_executor.layers.logits_processor import LogitsProcessor

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from tests.unit.test_seed_rows import run_in_triton_interpreter
-from vllm_frozen_kv_mtp.decode_attention_kernel import default_splits
-from vllm_frozen_kv_mtp.split_decode_impl import split_decode_applies
+from tests.utils.triton_interpreter import run_in_triton_interpreter
+from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import default_splits
+from vllm_frozen_kv_mtp.kernels.split_decode_impl import split_decode_applies
 
 HEAD, Q_HEADS, KV_HEADS, BLOCK = 256, 4, 2, 16
 SEQ_LENS = (5, 40, 33)
@@ -61,8 +61,8 @@ def check() -> None:
     """Run inside the interpreter subprocess (vLLM imported, its Triton disabled)."""
     from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
 
-    from vllm_frozen_kv_mtp.decode_attention_kernel import decode_attention_reference
-    from vllm_frozen_kv_mtp.split_decode_impl import (
+    from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import decode_attention_reference
+    from vllm_frozen_kv_mtp.kernels.split_decode_impl import (
         install_split_decode_attention,
         split_decode_class,
     )
@@ -141,7 +141,7 @@ def check() -> None:
                           _q_scale=torch.tensor([0.25, 0.5]))  # fmt: skip
     per_head.forward(two, q8, None, None, kv8.view(torch.uint8), metadata, out)
     assert calls == [3, 3, 3, 3, 3]
-    from vllm_frozen_kv_mtp import split_decode_impl
+    from vllm_frozen_kv_mtp.kernels import split_decode_impl
 
     counts = split_decode_impl.SPLIT_CALLS, split_decode_impl.FALLBACKS
     impl.forward(None, q, None, None, kv_cache, metadata, out)

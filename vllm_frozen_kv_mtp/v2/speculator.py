@@ -24,20 +24,20 @@ from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
 from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from vllm_frozen_kv_mtp.centroid_head import head_for_rows, top_tokens
-from vllm_frozen_kv_mtp.centroid_kernel import fused_head_supported
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
-from vllm_frozen_kv_mtp.dense_head import DenseHead, build_dense_head
-from vllm_frozen_kv_mtp.draft_attention import set_sliding_split_kv_max_rows
 from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
+from vllm_frozen_kv_mtp.kernels.centroid_head import head_for_rows, top_tokens
+from vllm_frozen_kv_mtp.kernels.centroid_kernel import fused_head_supported
+from vllm_frozen_kv_mtp.kernels.dense_head import DenseHead, build_dense_head
+from vllm_frozen_kv_mtp.kernels.draft_attention import set_sliding_split_kv_max_rows
+from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
 from vllm_frozen_kv_mtp.kv_readonly import (
     attention_layers,
     check_drafter_owns_no_kv,
     check_readonly_wiring,
 )
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
-from vllm_frozen_kv_mtp.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
-from vllm_frozen_kv_mtp.softcap_kernel import mark_target_logits
+from vllm_frozen_kv_mtp.v2.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 #: (option, head) pairs already logged: say once which head "auto" resolved to
@@ -76,7 +76,7 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         )
 
     def _install_split_decode_attention(self) -> None:
-        from vllm_frozen_kv_mtp.split_decode_impl import install_split_decode_attention
+        from vllm_frozen_kv_mtp.kernels.split_decode_impl import install_split_decode_attention
 
         layers = attention_layers(self.vllm_config)
         names = set(self.draft_attn_layer_names)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from vllm_frozen_kv_mtp.decode_attention_kernel import (
+from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import (
     DecodeAttentionWorkspace,
     decode_attention,
     default_splits,

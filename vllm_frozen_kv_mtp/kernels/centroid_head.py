@@ -45,8 +45,8 @@ from typing import Any
 
 import torch
 
-from vllm_frozen_kv_mtp import centroid_kernel
-from vllm_frozen_kv_mtp.centroid_kernel import (
+from vllm_frozen_kv_mtp.kernels import centroid_kernel
+from vllm_frozen_kv_mtp.kernels.centroid_kernel import (
     fused_head_supported,
     fused_top_centroids,
     fused_top_tokens,

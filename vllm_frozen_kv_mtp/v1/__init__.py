@@ -1,0 +1,1 @@
+"""The V1 runner (also vLLM's CPU runner): the frozen-KV proposer."""
