@@ -105,11 +105,10 @@ tests_v2() { # V2_TESTS="a pytest -k expression" narrows them; default: all but 
 }
 
 heads() { # centroid heads alone, E4B head shape (seconds; HEADS=0 skips; HEADS_SWEEP="64x4,128x4:torch"
-  # also times the fused head at those launch shapes, ":torch" with torch.topk's centroids;
-  # HEADS_TILES="32x4,64x8" the tiled head at those rows-per-program x warps)
+  # also times the fused head at those launch shapes, ":torch" with torch.topk's centroids)
   [ "${HEADS:-1}" = 1 ] || return 0
   CUDA_VISIBLE_DEVICES=$1 python bench/heads_gpu.py --json $W/h200_heads.json \
-    ${HEADS_SWEEP:+--sweep "$HEADS_SWEEP"} ${HEADS_TILES:+--tiles "$HEADS_TILES"} >$W/heads.log 2>&1
+    ${HEADS_SWEEP:+--sweep "$HEADS_SWEEP"} >$W/heads.log 2>&1
 }
 
 attn() { # ATTN=1: draft-step attention alone, split-KV vs one pass (bench/attn_gpu.py);

@@ -6,7 +6,7 @@ shape (256 wide, 262144 tokens, 2048 centroids, top 32), random bf16 weights.
 For each head and row count it captures one head call in a CUDA graph (as the draft
 round does), replays it, and prints the median microseconds per call, plus how often
 each head's pick equals upstream's (Model Runner V2's default: centroid-masked
-full-vocabulary logits, then argmax). Heads: upstream, sparse, dense, fused, tiled.
+full-vocabulary logits, then argmax). Heads: upstream, sparse, dense, fused.
 
     python bench/heads_gpu.py --sweep 64x4,128x4,128x4:torch
 
@@ -14,11 +14,6 @@ also times the fused head's per-centroid kernel at other launch shapes (hidden-d
 chunk x warps; the default is centroid_kernel.BEST_KERNEL_BLOCK_D x BEST_KERNEL_WARPS),
 and with ":torch" with torch.topk selecting the top centroids instead of the Triton
 top-k kernel (centroid_kernel.CENTROID_TOPK).
-
-    python bench/heads_gpu.py --tiles 32x4,64x4,64x8,128x8
-
-times the tiled head at other launch shapes (rows per program x warps; the default is
-centroid_kernel.TILE_BLOCK_M x TILE_WARPS).
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-HEADS = ("upstream", "sparse", "dense", "fused", "tiled")
+HEADS = ("upstream", "sparse", "dense", "fused")
 
 
 def build(dim: int, vocab: int, centroids: int, top_k: int, seed: int = 0) -> Any:
@@ -109,23 +104,6 @@ def launch_shapes(text: str) -> list[tuple[int, int, str]]:
     return shapes
 
 
-def tile_shapes(text: str) -> list[tuple[int, int]]:
-    """``"32x4,64x8"`` -> [(32, 4), (64, 8)]: rows per program and warps of the tiled
-    kernel, refused early unless powers of two with 16 <= rows (tl.dot) and warps <= 16."""
-    shapes = []
-    for item in filter(None, text.split(",")):
-        parts = item.split("x")
-        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise argparse.ArgumentTypeError(f"{item!r}: use BLOCK_MxWARPS, e.g. 64x4")
-        block_m, warps = int(parts[0]), int(parts[1])
-        if block_m & (block_m - 1) or block_m < 16 or warps & (warps - 1) or warps > 16:
-            raise argparse.ArgumentTypeError(
-                f"{item!r}: BLOCK_M and warps must be powers of two (BLOCK_M >= 16, warps <= 16)"
-            )
-        shapes.append((block_m, warps))
-    return shapes
-
-
 def emit(rows: int, head: str, us: float, pick: Any, upstream: Any) -> dict[str, Any]:
     """One result row, printed as it comes."""
     same = float((pick == upstream).float().mean())
@@ -153,12 +131,6 @@ def main() -> None:
         type=launch_shapes,
         default=[],
         help="fused launch shapes to time, e.g. 64x4,128x4:torch (BLOCK_DxWARPS[:torch])",
-    )
-    ap.add_argument(
-        "--tiles",
-        type=tile_shapes,
-        default=[],
-        help="tiled launch shapes to time, e.g. 32x4,64x8 (BLOCK_MxWARPS)",
     )
     args = ap.parse_args()
 
@@ -194,17 +166,6 @@ def main() -> None:
                     ) = default
                 label = f"fused@{block_d}x{warps}" + (":torch" if topk == "torch" else "")
                 rows_out.append(emit(rows, label, us, pick, picks["upstream"]))
-            for block_m, warps in args.tiles:
-                default_tile = (centroid_kernel.TILE_BLOCK_M, centroid_kernel.TILE_WARPS)
-                centroid_kernel.TILE_BLOCK_M, centroid_kernel.TILE_WARPS = block_m, warps
-                try:
-                    us, pick = time_graph(head_fn(model, "tiled"), h, args.replays)
-                finally:
-                    centroid_kernel.TILE_BLOCK_M, centroid_kernel.TILE_WARPS = default_tile
-                label = f"tiled@{block_m}x{warps}"
-                rows_out.append(emit(rows, label, us, pick, picks["upstream"]))
-    if centroid_kernel.TILED_FALLBACKS:
-        print("WARNING: the tiled head fell back to fused; its rows time fused", flush=True)
     if centroid_kernel.FALLBACKS:
         print("WARNING: the fused head fell back to dense; its rows time dense", flush=True)
     print("\n| rows | " + " | ".join(f"{h} us" for h in HEADS) + " |")

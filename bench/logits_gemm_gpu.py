@@ -17,9 +17,7 @@ profiles can be read, and times other ways to compute the same logits:
 
 The soft-cap is also timed as one in-place Triton pass that rounds to bf16 after each of
 vLLM's three ops (``softcap1``, ``vllm_frozen_kv_mtp/kernels/softcap_kernel.py``, what option
-``target_softcap="one_pass"`` runs; ``softcap1_equal``: bitwise vLLM's result), and
-as a lookup of each bf16 value in a table of vLLM's results (``softcap_table``, a
-candidate: no tanh per element).
+``target_softcap="one_pass"`` runs; ``softcap1_equal``: bitwise vLLM's result).
 
 ``equal`` says whether a variant's logits are bitwise those of ``linear``; a variant that
 is not could still move a greedy pick on a near-tie, so only an equal one can replace
@@ -77,10 +75,7 @@ def main() -> None:
     def softcap(x: Any) -> Any:  # LogitsProcessor.forward's three passes
         return torch.tanh(x / SOFTCAP) * SOFTCAP
 
-    from vllm_frozen_kv_mtp.kernels.softcap_kernel import (
-        softcap_in_place,
-        softcap_table_in_place,
-    )
+    from vllm_frozen_kv_mtp.kernels.softcap_kernel import softcap_in_place
 
     def softcap1(x: Any) -> Any:  # in place: replays re-cap a scratch copy (same cost)
         return softcap_in_place(x, SOFTCAP)
@@ -95,7 +90,6 @@ def main() -> None:
     tails: dict[str, Callable[[Any], Any]] = {
         "softcap": softcap,
         "softcap1": softcap1,
-        "softcap_table": lambda x: softcap_table_in_place(x, SOFTCAP),
         "fp32": lambda x: x.float(),
         "argmax": lambda x: x.argmax(dim=-1),
         "logits_path": lambda h: softcap(F.linear(h, weight)).float().argmax(dim=-1),
@@ -112,24 +106,21 @@ def main() -> None:
                 row[f"{name}_equal"] = bool(torch.equal(out, ref))
                 row[f"{name}_kernels"] = kernel_names(fn, h)
             for name, fn in tails.items():
-                in_place = name in ("softcap1", "softcap_table")
+                in_place = name == "softcap1"
                 x = h if name == "logits_path" else ref.clone() if in_place else ref
                 row[f"{name}_us"] = round(time_graph(fn, x, args.replays)[0], 1)
             row["softcap1_equal"] = bool(torch.equal(softcap1(ref.clone()), softcap(ref)))
-            row["softcap_table_equal"] = bool(
-                torch.equal(softcap_table_in_place(ref.clone(), SOFTCAP), softcap(ref))
-            )
             print("ROW", json.dumps(row), flush=True)
             out_rows.append(row)
     names = list(gemms)
     print(
         f"| rows ({args.vocab} x {args.hidden}) | "
         + " | ".join(f"{n} us" for n in names)
-        + " | softcap us | one-pass softcap us | table softcap us | fp32 copy us | argmax us"
+        + " | softcap us | one-pass softcap us | fp32 copy us | argmax us"
         + " | whole path us"
         + " | linear's kernel |"
     )
-    print("|---" * (len(names) + 8) + "|")
+    print("|---" * (len(names) + 7) + "|")
     for r in out_rows:
         cells = [f"{r[f'{n}_us']}{'' if r[f'{n}_equal'] else ' (differs)'}" for n in names]
         kernel = r["linear_kernels"][0][0] if r["linear_kernels"] else "-"
@@ -137,8 +128,6 @@ def main() -> None:
             f"| {r['rows']} | " + " | ".join(cells)
             + f" | {r['softcap_us']} | {r['softcap1_us']}"
             + ("" if r["softcap1_equal"] else " (differs)")
-            + f" | {r['softcap_table_us']}"
-            + ("" if r["softcap_table_equal"] else " (differs)")
             + f" | {r['fp32_us']} | {r['argmax_us']} | "
             f"{r['logits_path_us']} | `{kernel}` |"
         )  # fmt: skip

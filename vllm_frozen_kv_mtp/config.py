@@ -69,11 +69,11 @@ class FrozenKVMTPConfigError(ValueError):
 
 
 #: values of the ``centroid_head`` option (see centroid_head.py)
-CENTROID_HEADS = ("upstream", "sparse", "dense", "fused", "tiled", "auto")
+CENTROID_HEADS = ("upstream", "sparse", "dense", "fused", "auto")
 #: values of the ``dense_head`` option (see dense_head.py)
 DENSE_HEADS = ("upstream", "fused", "fp8")
 #: values of the ``target_softcap`` option (see softcap_kernel.py)
-TARGET_SOFTCAPS = ("one_pass", "table", "vllm")
+TARGET_SOFTCAPS = ("one_pass", "vllm")
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,8 @@ class FrozenKVOptions:
     #: how Model Runner V2 picks draft tokens from a centroid head (E2B/E4B assistants):
     #: "auto" (default: fused where its Triton kernels run; else dense from
     #: AUTO_DENSE_MIN_ROWS rows and upstream's below; on the V1 runner, V1's own head),
-    #: "upstream" (vLLM's full-vocabulary argmax), "sparse", "dense", "fused" or
-    #: "tiled"; see centroid_head.py
+    #: "upstream" (vLLM's full-vocabulary argmax), "sparse", "dense" or "fused"; see
+    #: centroid_head.py
     centroid_head: str = "auto"
     #: Model Runner V2 with TRITON_ATTN: the drafter's sliding-window layers split KV
     #: (vLLM's "3D" kernel plus a reduce) only for batches of at most this many rows,
@@ -105,9 +105,7 @@ class FrozenKVOptions:
     dense_head: str = "upstream"
     #: NVIDIA GPUs, both runners: "one_pass" (default) soft-caps the target's logits
     #: (the (k+1) x c rows of each verify pass) in one in-place kernel, bitwise vLLM's
-    #: result; "table" (opt-in, slower in whole steps on the H200) looks bf16/fp16
-    #: logits up in a table of those ops' own results; "vllm" keeps vLLM's three eager
-    #: ops (see softcap_kernel.py)
+    #: result; "vllm" keeps vLLM's three eager ops (see softcap_kernel.py)
     target_softcap: str = "one_pass"
 
     @classmethod

@@ -211,7 +211,7 @@ def test_random_weights_match_upstream_mtp(runner: str) -> None:
 def test_v2_centroid_heads_draft_what_upstream_drafts(
     runner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The centroid_head options ("sparse", "dense", "fused", "tiled", "auto") change how
+    """The centroid_head options ("sparse", "dense", "fused", "auto") change how
     Model Runner V2 scores draft tokens, not which: every round's drafts equal upstream's
     head's (fp32). With Triton on CUDA, "auto" scores every bucket with "fused". 40
     requests at once put the first rounds in a >=32-row graph bucket."""
@@ -233,7 +233,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     prompts = [f"{p} # {i}" for i in range(3) for p in PROMPTS][:40]
     kw = {**GRAPH_KW, "max_num_seqs": len(prompts)}
     drafts, outs = {}, {}
-    for head in ("upstream", "sparse", "dense", "fused", "tiled", "auto"):
+    for head in ("upstream", "sparse", "dense", "fused", "auto"):
         spec = {
             "method": "frozen_kv_mtp",
             "model": assistant,
@@ -248,7 +248,6 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     assert {h for h, _ in calls["sparse"]} == {"sparse"}
     assert {h for h, _ in calls["dense"]} == {"dense"}
     assert {h for h, _ in calls["fused"]} == {"fused"}
-    assert {h for h, _ in calls["tiled"]} == {"tiled"}
     # "auto": fused for every bucket, small and >= 32 rows.
     assert {h for h, _ in calls["auto"]} == {"fused"}
     assert max(rows for _, rows in calls["auto"]) >= 32
@@ -259,12 +258,10 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     import vllm_frozen_kv_mtp.v2.seed_rows as seed_rows
 
     assert centroid_kernel.FALLBACKS == 0, "the fused head fell back to dense"
-    assert centroid_kernel.TILED_FALLBACKS == 0, "the tiled head fell back to fused"
     assert seed_rows.FALLBACKS == 0, "the seed-row kernel fell back to torch ops"
     assert drafts["fused"] == drafts["upstream"]
-    assert drafts["tiled"] == drafts["upstream"]
     assert drafts["auto"] == drafts["upstream"]
-    for head in ("sparse", "dense", "fused", "tiled", "auto"):
+    for head in ("sparse", "dense", "fused", "auto"):
         assert outs[head] == outs["upstream"], head
 
 

@@ -113,14 +113,13 @@ def test_non_finite_rows_still_get_a_real_token_id(head: str) -> None:
 
 
 def test_auto_head_is_fused_where_it_runs_else_dense_for_large_buckets_only() -> None:
-    # "tiled" stays opt-in: slower than "fused" at every row count on the H200 (run G).
     for rows in (1, 31, 32, 128, 512):
         assert head_for_rows("auto", rows, fused_ok=True) == "fused"
     assert head_for_rows("auto", 1) == "upstream"
     assert head_for_rows("auto", AUTO_DENSE_MIN_ROWS - 1) == "upstream"
     assert head_for_rows("auto", AUTO_DENSE_MIN_ROWS) == "dense"
     assert head_for_rows("auto", 512) == "dense"
-    for head in ("upstream", "sparse", "dense", "fused", "tiled"):
+    for head in ("upstream", "sparse", "dense", "fused"):
         for ok in (False, True):
             assert head_for_rows(head, 1, ok) == head_for_rows(head, 512, ok) == head
 
@@ -130,7 +129,7 @@ def test_auto_head_is_fused_where_it_runs_else_dense_for_large_buckets_only() ->
     [
         ("auto", True, 1, "fused"),
         ("auto", True, 64, "fused"),
-        ("tiled", True, 64, "tiled"),
+        ("fused", True, 64, "fused"),
         ("auto", False, 1, "upstream"),  # no Triton: upstream's head for small buckets
         ("auto", False, AUTO_DENSE_MIN_ROWS, "dense"),
         ("upstream", True, 64, "upstream"),

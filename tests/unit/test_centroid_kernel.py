@@ -8,7 +8,6 @@ torch heads equal vLLM's own pick is shown in test_centroid_head.py.
 
 from __future__ import annotations
 
-import itertools
 from types import SimpleNamespace
 from typing import Any
 
@@ -53,19 +52,16 @@ def check() -> None:
     check_top_centroids(fused_top_centroids)
 
     assert fused_head_supported(VOCAB // CENTROIDS)
-    import vllm_frozen_kv_mtp.kernels.centroid_kernel as centroid_kernel
-
-    centroid_kernel.TILE_BLOCK_M = 16  # "tiled" at 40 rows: blocks of 16, 16 and 8
     with torch.no_grad():
-        for head, (seed, rows) in itertools.product(("fused", "tiled"), ((0, 40), (1, 9), (2, 1))):
+        for seed, rows in ((0, 40), (1, 9), (2, 1)):
             h = torch.randn(rows, DIM, generator=torch.Generator().manual_seed(100 + seed))
             want = top_tokens(_model(seed, None), h, "dense")
-            assert torch.equal(top_tokens(_model(seed, None), h, head), want), (head, seed)
+            assert torch.equal(top_tokens(_model(seed, None), h, "fused"), want), seed
             # Suppress the picks of a few rows: they must move to another candidate.
             banned = want[:3].tolist()
             model = _model(seed, banned)
-            got = top_tokens(model, h, head)
-            assert torch.equal(got, top_tokens(model, h, "dense")), (head, seed)
+            got = top_tokens(model, h, "fused")
+            assert torch.equal(got, top_tokens(model, h, "dense")), seed
             assert not set(got.tolist()) & set(banned)
         # Exact ties: the lowest token id wins, wherever it sits among the candidates.
         model = _model(7, None)
@@ -89,8 +85,6 @@ def check() -> None:
         # Rows of NaN (stale padded graph rows) still get a real token id.
         h[1] = float("nan")
         assert 0 <= top_tokens(model, h, "fused")[1].item() < VOCAB
-        assert 0 <= top_tokens(model, h, "tiled")[1].item() < VOCAB
-    check_tiled()
     with torch.no_grad():
         # A launch that raises: counted, logged, and the head scores with "dense" from then on.
         import vllm_frozen_kv_mtp.kernels.centroid_kernel as centroid_kernel
@@ -114,52 +108,6 @@ def check() -> None:
         got = fused_head_centroids(me, h).sort(dim=1).values
         assert torch.equal(got, top_centroids(me, h).sort(dim=1).values)
     print("fused head matches")
-
-
-def check_tiled() -> None:
-    """``tiled`` (one program per block of rows and centroid; blocks of 16 rows here) picks
-    what ``dense`` picks: exact ties in rows of different blocks, in any centroid order,
-    and NaN rows beside finite ones (``check`` covers plain picks and suppressed tokens).
-    fp32 only: the interpreter's bf16 ``tl.dot`` is wrong (Triton 3.6.0), so
-    tests/gpu/test_gpu_centroid_kernel.py checks bf16 on CUDA."""
-    from vllm_frozen_kv_mtp.kernels.centroid_head import candidate_tokens, top_centroids, top_tokens
-    from vllm_frozen_kv_mtp.kernels.centroid_kernel import fused_top_tokens
-
-    with torch.no_grad():
-        # Exact ties in two rows of different blocks: the lowest token id, in any order.
-        model = _model(7, None)
-        me = model.masked_embedding
-        weight = model._get_full_lm_head_weight()
-        h = torch.randn(20, DIM, generator=torch.Generator().manual_seed(7))
-        h = (h * 8).round() / 8  # eighths: the tied rows' scores are exact in any sum order
-        for r in (0, 17):
-            row = candidate_tokens(me, h)[r].tolist()
-            i, j = next(
-                (i, j) for i in range(len(row)) for j in range(i + 1, len(row)) if row[i] > row[j]
-            )
-            weight[row[i]] = weight[row[j]] = h[r] * 10
-            assert top_tokens(model, h, "tiled")[r].item() == row[j], r
-        top = top_centroids(me, h)
-        want = fused_top_tokens(h, weight, me.token_ordering, top, 64, None, tiled=True)
-        for perm in (top.flip(1), top.roll(1, dims=1)):
-            got = fused_top_tokens(h, weight, me.token_ordering, perm, 64, None, tiled=True)
-            assert got is not None and torch.equal(got, want)
-        assert torch.equal(want, top_tokens(model, h, "dense"))
-        # A tiled launch that raises: counted, and the per-centroid kernel scores instead.
-        from vllm_frozen_kv_mtp.kernels import centroid_kernel
-
-        tile_kernel = centroid_kernel._centroid_tile_kernel
-        centroid_kernel._centroid_tile_kernel = _Raising()  # type: ignore[assignment]
-        got = fused_top_tokens(h, weight, me.token_ordering, top, 64, None, tiled=True)
-        assert centroid_kernel.TILED_FALLBACKS == 1 and centroid_kernel.FALLBACKS == 0
-        assert got is not None and torch.equal(got, want)
-        centroid_kernel._centroid_tile_kernel = tile_kernel
-        centroid_kernel.TILED_FALLBACKS = 0
-        h[3] = float("nan")  # a NaN row in a block with finite rows
-        got = top_tokens(model, h, "tiled")
-        assert 0 <= got[3].item() < VOCAB
-        assert torch.equal(got[4:], want[4:]) and torch.equal(got[:3], want[:3])
-    print("tiled head matches")
 
 
 def check_top_centroids(fused_top_centroids: Any) -> None:
@@ -200,4 +148,3 @@ class _Raising:
 def test_fused_head_picks_what_the_dense_head_picks() -> None:
     out = run_in_triton_interpreter("from tests.unit.test_centroid_kernel import check; check()")
     assert "top-k kernel matches" in out and "fused head matches" in out
-    assert "tiled head matches" in out

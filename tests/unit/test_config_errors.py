@@ -274,7 +274,7 @@ def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
     _refused(
         target,
         {"method": "frozen_kv_mtp", "model": assistant, "target_softcap": "fused"},
-        "target_softcap must be one of one_pass, table, vllm",
+        "target_softcap must be one of one_pass, vllm",
         '"one_pass" (the default)',
     )
     for rows in ("8", -2, 1.5, True):
@@ -284,3 +284,20 @@ def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
             "sliding_split_kv_max_rows must be an integer >= -1",
             "pass -1",
         )
+
+
+def test_removed_option_values(fp32: tuple[str, str]) -> None:
+    """Values dropped for being slower than the default get the list of valid ones."""
+    target, assistant = fp32
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "centroid_head": "tiled"},
+        "centroid_head must be one of upstream, sparse, dense, fused, auto, got 'tiled'",
+        '"auto" is the default',
+    )
+    _refused(
+        target,
+        {"method": "frozen_kv_mtp", "model": assistant, "target_softcap": "table"},
+        "target_softcap must be one of one_pass, vllm, got 'table'",
+        '"one_pass" (the default)',
+    )

@@ -1,7 +1,7 @@
 """The Model Runner V2 Triton kernels compile for the H200 (sm_90) without a GPU.
 
 Covered: the split decode attention (``decode_attention_kernel``), the dense head
-(``dense_head``), the fused and tiled centroid heads (``centroid_kernel``) and the
+(``dense_head``), the fused centroid head (``centroid_kernel``) and the
 seed-row loader (``seed_rows``).
 
 The interpreter tests check what the kernels compute, but they run in fp32 (the
@@ -111,7 +111,7 @@ def _types(kernel: Any, pointer: str = "*i64", **override: str) -> dict[str, str
 
 def check_centroid_and_seed_kernels() -> None:
     """Run inside the subprocess: the E4B head's shapes (hidden 256, 128 tokens per
-    centroid, top 32 of 2048 centroids) in bf16, the tiled kernel in fp32 too."""
+    centroid, top 32 of 2048 centroids) in bf16."""
     from vllm_frozen_kv_mtp.kernels import centroid_kernel as ck
     from vllm_frozen_kv_mtp.v2.seed_rows import _load_seed_kernel
 
@@ -121,14 +121,6 @@ def check_centroid_and_seed_kernels() -> None:
         _types(ck._centroid_best_kernel, **head),
         dict(PER=128, BLOCK_D=ck.BEST_KERNEL_BLOCK_D, BIG=ck.BIG_ID),
     )
-    for dtype in ("bf16", "fp32"):
-        compile_sm90(
-            ck._centroid_tile_kernel,
-            _types(ck._centroid_tile_kernel, **{**head, "hidden_ptr": f"*{dtype}",
-                                                "weight_ptr": f"*{dtype}"}),
-            dict(PER=128, BLOCK_M=ck.TILE_BLOCK_M, BLOCK_K=32, BLOCK_D=ck.TILE_BLOCK_D,
-                 IEEE=dtype == "fp32", BIG=ck.BIG_ID),
-        )  # fmt: skip
     compile_sm90(
         ck._centroid_topk_kernel,
         _types(ck._centroid_topk_kernel, scores_ptr="*bf16"),
@@ -199,7 +191,7 @@ def test_dense_head_kernels_compile_for_sm90() -> None:
 
 def check_softcap() -> None:
     """Run inside the subprocess: the one-pass soft-cap over bf16, fp16 and fp32 logits
-    (the target's dtype), and the table kernel over 16-bit patterns."""
+    (the target's dtype)."""
     from vllm_frozen_kv_mtp.kernels import softcap_kernel as sk
 
     for dtype in ("bf16", "fp16", "fp32"):
@@ -209,8 +201,6 @@ def check_softcap() -> None:
         ).asm["ptx"]
         # bitwise vLLM's needs multiplies that keep subnormals (PyTorch's do)
         assert "mul.ftz" not in ptx and "mul.f32" in ptx, dtype
-    types = _types(sk._softcap_table_kernel, "*i16")
-    compile_sm90(sk._softcap_table_kernel, types, dict(BLOCK=sk.BLOCK))
     print("soft-cap kernel compiles for sm_90")
 
 

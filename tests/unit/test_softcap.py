@@ -1,6 +1,5 @@
-"""The one-pass soft-cap (patch 5) on CPU: which logits processors a drafter marks, that
-a marked one keeps vLLM's ops off CUDA, and the table kernel (a candidate for 16-bit
-logits) in Triton's interpreter.
+"""The one-pass soft-cap (patch 5) on CPU: which logits processors a drafter marks, and
+that a marked one keeps vLLM's ops off CUDA.
 
 What the kernel computes (bitwise vLLM's three ops: every bf16 and fp16 value, random
 fp32, strided rows) needs the GPU's tanh, which Triton's interpreter lacks:
@@ -13,38 +12,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-
-from tests.utils.triton_interpreter import run_in_triton_interpreter
-
-_TABLE_CHECK = """
-import torch
-from vllm_frozen_kv_mtp.kernels.softcap_kernel import BLOCK, eager_softcap, softcap_table_in_place
-
-g = torch.Generator().manual_seed(0)
-for dtype in (torch.bfloat16, torch.float16):
-    every = torch.arange(2**16, dtype=torch.int32).to(torch.int16).view(dtype)
-    # rows of a wider tensor: every 16-bit pattern, then random values; a row stride that
-    # is not the row length, and columns past the view that must stay as they were
-    wide = (torch.randn(3, BLOCK + 700, generator=g) * 40).to(dtype)
-    wide[0, :BLOCK] = every[:BLOCK]
-    wide[1] = every[BLOCK : 2 * BLOCK + 700]
-    view = wide[:, : BLOCK + 300]
-    want = eager_softcap(view.clone(), 30.0)
-    tail = wide[:, BLOCK + 300 :].clone()
-    out = softcap_table_in_place(view, 30.0)
-    assert out.data_ptr() == wide.data_ptr()
-    assert torch.equal(wide[:, BLOCK + 300 :].view(torch.int16), tail.view(torch.int16))
-    assert torch.equal(out.view(torch.int16), want.view(torch.int16)), dtype
-    full = softcap_table_in_place(every.clone().reshape(16, 4096), 30.0).reshape(-1)
-    assert torch.equal(full.view(torch.int16), eager_softcap(every, 30.0).view(torch.int16))
-print("table kernel gives the eager ops' bits")
-"""
-
-
-def test_table_kernel_gives_the_eager_ops_bits() -> None:
-    """On CPU the table holds the CPU's eager results, so the kernel must reproduce them
-    bit for bit: every 16-bit pattern, strided rows, nothing written past the view."""
-    assert "eager ops' bits" in run_in_triton_interpreter(_TABLE_CHECK)
 
 
 def _logits_processor(**kw: float) -> Any:
@@ -65,8 +32,6 @@ def test_drafter_marks_only_soft_capped_logits_processors() -> None:
     assert mark_target_logits(model) == 1
     assert getattr(model.capped, TARGET_SOFTCAP_ATTR, None) == "one_pass"
     assert not getattr(model.plain, TARGET_SOFTCAP_ATTR, False)
-    assert mark_target_logits(model, "table") == 1  # on CPU: no table is built
-    assert getattr(model.capped, TARGET_SOFTCAP_ATTR, None) == "table"
 
 
 def test_marked_processor_on_cpu_keeps_vllms_result() -> None:

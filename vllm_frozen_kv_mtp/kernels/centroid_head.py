@@ -19,10 +19,6 @@ full-vocabulary tensor:
   read each selected centroid's embedding rows once and keep only the best (score,
   token id), so neither the gathered rows nor a score tensor is ever written
   (``centroid_kernel.py``);
-* ``tiled``: ``fused`` with one scoring program per (block of rows, centroid) instead of
-  one per (row, centroid), so a centroid that several rows selected is read once per
-  block with one tensor-core dot. Measured slower than ``fused`` at every row count and
-  launch shape (run G, below), so it is opt-in only;
 * ``auto`` (the default): ``fused`` where its kernels run (Triton present, power-of-two
   clusters, no failed launch); otherwise ``dense`` from ``AUTO_DENSE_MIN_ROWS`` rows and
   upstream's head below (see ``head_for_rows``).
@@ -31,9 +27,7 @@ Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA gr
 (run F, ``bench/heads_gpu.py``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.5 /
 71.8 / 165.7 / 521.4, dense 89.5 / 106.2 / 123.5 / 150.4, fused 25.2 / 26.5 / 52.1 / 90.0
 (15.3 / 17.9 / 32.3 / 71.9 with today's launch shape and top-k kernel, run F2), all
-picking upstream's token. ``tiled`` (run G, same bench): 36.1 / 36.7 / 48.2 / 97.9 at
-its default 64x4 shape, against fused 15.0 / 17.4 / 32.3 / 71.8 in the same run; no
-shape of 32x4, 64x8 or 128x8 beat 64x4.
+picking upstream's token.
 Whole decode steps (run H, median of 5): the draft round with ``fused`` is 0.51 / 0.54 /
 0.70 / 0.91 ms at c=1 / 8 / 32 / 128, against 0.69 / 0.80 / 1.17 / 2.39 for upstream
 ``mtp``.
@@ -106,13 +100,12 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
     """Draft token ids as Model Runner V2's default picks them (full-vocabulary
     argmax of the centroid-masked logits, ``suppress_tokens`` excluded, lowest token
     id on exact ties), scored by ``head``: "sparse" (upstream's own row gather and
-    batched dot), "dense" (one GEMM over the whole table), "fused" or "tiled" (three
-    Triton launches, see centroid_kernel.py; "dense" where Triton or its layout is
-    missing)."""
+    batched dot), "dense" (one GEMM over the whole table) or "fused" (three Triton
+    launches, see centroid_kernel.py; "dense" where Triton or its layout is missing)."""
     me = model.masked_embedding
     weight = model._get_full_lm_head_weight()
     suppress = getattr(model, "_suppress_idx", None)
-    if head in ("fused", "tiled") and fused_head_supported(me.vocab_size_per_centroid):
+    if head == "fused" and fused_head_supported(me.vocab_size_per_centroid):
         picked = fused_top_tokens(
             hidden_states,
             weight,
@@ -120,11 +113,10 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
             fused_head_centroids(me, hidden_states),
             me.vocab_size_per_centroid,
             suppress,
-            tiled=head == "tiled" and me.vocab_size_per_centroid >= 16,  # tl.dot's minimum
         )
         if picked is not None:
             return picked
-    if head in ("dense", "fused", "tiled"):  # fused kernels without Triton or layout
+    if head in ("dense", "fused"):  # fused kernels without Triton or layout
         cand = candidate_tokens(me, hidden_states)
         scores = torch.mm(hidden_states, weight[: me.vocab_size].t()).gather(1, cand)
     else:

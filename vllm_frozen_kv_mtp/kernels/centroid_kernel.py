@@ -12,17 +12,11 @@ keeps its best (score, lowest token id); a third launch reduces the per-centroid
 winners of each row. Same pick as upstream's full-vocabulary argmax up to the summation
 order of each dot product and the order of exactly equal centroid scores at the top-k
 cut (a near-tie may flip; drafts are verified, so output is lossless either way).
-
-``centroid_head="tiled"`` replaces the second launch with one program per (block of
-rows, centroid): a centroid selected by several rows of the block is read once and
-scored with one tensor-core dot (``tl.dot``; IEEE fp32 for fp32 models), and a centroid
-no row of the block selected costs only the check. Same winners and tie rule.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import torch
 
@@ -41,9 +35,6 @@ BIG_ID = 2**62
 #: then falls back to "dense" for good (``fused_head_supported``). The GPU tests assert
 #: it stays 0.
 FALLBACKS = 0
-#: launches of the tiled kernel that raised; "tiled" then scores with the per-centroid
-#: kernel ("fused") for good. The GPU tests assert it stays 0 as well.
-TILED_FALLBACKS = 0
 
 #: launch shape of the per-centroid kernel: hidden-dim chunk and warps per program.
 #: The fastest of 64x4, 128x4, 128x8 and 256x8 on the H200 at 32 and 128 rows (run F,
@@ -59,15 +50,6 @@ BEST_KERNEL_WARPS = 4
 #: 15.3 / 17.9 / 32.3 / 71.9 us per call at 1 / 8 / 32 / 128 rows with "triton", 21.8 /
 #: 25.7 / 39.3 / 71.9 with "torch".
 CENTROID_TOPK = "triton"
-
-
-#: launch shape of the tiled kernel (``centroid_head="tiled"``): rows per program (at
-#: most; fewer for smaller batches, never under tl.dot's 16), hidden-dim chunk, warps.
-#: Run G (``bench/heads_gpu.py --tiles``): 64x4 was the fastest of 32x4, 64x4, 64x8
-#: and 128x8, and still slower than the per-centroid kernel at 1-128 rows.
-TILE_BLOCK_M = 64
-TILE_BLOCK_D = 64
-TILE_WARPS = 4
 
 
 def fused_head_supported(tokens_per_centroid: int) -> bool:
@@ -129,68 +111,6 @@ if triton is not None:
         tl.store(part_id_ptr + row * top_k + slot, best_id)
 
     @triton.jit
-    def _centroid_tile_kernel(
-        hidden_ptr,
-        hidden_stride,
-        weight_ptr,
-        weight_stride,
-        ordering_ptr,
-        top_ptr,
-        top_stride,
-        suppress_ptr,
-        num_suppress,
-        part_score_ptr,
-        part_id_ptr,
-        rows,
-        top_k,
-        dim,
-        PER: tl.constexpr,
-        BLOCK_M: tl.constexpr,
-        BLOCK_K: tl.constexpr,
-        BLOCK_D: tl.constexpr,
-        IEEE: tl.constexpr,
-        BIG: tl.constexpr,
-    ):
-        # One program per (block of rows, centroid). It reads the centroid's embedding
-        # rows once for every row of the block that selected it (none: no weight
-        # traffic) and scores them with one tensor-core dot.
-        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        centroid = tl.program_id(1)
-        kk = tl.arange(0, BLOCK_K)
-        picks = tl.load(
-            top_ptr + r[:, None] * top_stride + kk[None, :],
-            mask=(r[:, None] < rows) & (kk[None, :] < top_k),
-            other=-1,
-        )
-        slot = tl.min(tl.where(picks == centroid, kk[None, :], BLOCK_K), axis=1)
-        member = slot < BLOCK_K  # this row selected the centroid, as its top-k `slot`
-        used = tl.max(member.to(tl.int32), axis=0) > 0
-        ids = tl.load(ordering_ptr + centroid * PER + tl.arange(0, PER)).to(tl.int64)
-        acc = tl.zeros([BLOCK_M, PER], dtype=tl.float32)
-        for d0 in range(0, dim, BLOCK_D):
-            d = d0 + tl.arange(0, BLOCK_D)
-            dm = d < dim
-            h = tl.load(
-                hidden_ptr + r[:, None] * hidden_stride + d[None, :],
-                mask=member[:, None] & dm[None, :],
-                other=0.0,
-            )
-            w = tl.load(
-                weight_ptr + ids[:, None] * weight_stride + d[None, :],
-                mask=used & dm[None, :],
-                other=0.0,
-            )
-            if IEEE:  # fp32 models: no TF32 rounding of the inputs
-                acc += tl.dot(h, tl.trans(w), input_precision="ieee")
-            else:
-                acc += tl.dot(h, tl.trans(w))
-        score = _candidate_scores(acc, ids[None, :], suppress_ptr, num_suppress, hidden_ptr)
-        best = tl.max(score, axis=1)
-        best_id = tl.min(tl.where(score == best[:, None], ids[None, :], BIG), axis=1)
-        tl.store(part_score_ptr + r * top_k + slot, best, mask=member)
-        tl.store(part_id_ptr + r * top_k + slot, best_id, mask=member)
-
-    @triton.jit
     def _centroid_topk_kernel(
         scores_ptr,
         scores_stride,
@@ -237,12 +157,9 @@ def fused_top_tokens(
     top_centroids: torch.Tensor,
     tokens_per_centroid: int,
     suppress_idx: torch.Tensor | None,
-    tiled: bool = False,
 ) -> torch.Tensor | None:
     """``[T]`` token ids: per row, the best-scoring token of its ``top_centroids``; None
-    if the launch failed (logged once; the caller scores another way). ``tiled`` scores
-    with one program per (block of rows, centroid) instead of one per (row, centroid):
-    each selected centroid's rows are read once per block, not once per row."""
+    if the launch failed (logged once; the caller scores another way)."""
     assert triton is not None, "Triton is not installed"
     rows, top_k = top_centroids.shape
     dev = hidden_states.device
@@ -266,16 +183,15 @@ def fused_top_tokens(
         part_id,
     )
     try:
-        if not (tiled and _tiles(common, rows, top_k, dim, tokens_per_centroid, token_ordering)):
-            _centroid_best_kernel[(rows, top_k)](
-                *common,
-                top_k,
-                dim,
-                PER=tokens_per_centroid,
-                BLOCK_D=min(BEST_KERNEL_BLOCK_D, triton.next_power_of_2(dim)),
-                BIG=BIG_ID,
-                num_warps=BEST_KERNEL_WARPS,
-            )
+        _centroid_best_kernel[(rows, top_k)](
+            *common,
+            top_k,
+            dim,
+            PER=tokens_per_centroid,
+            BLOCK_D=min(BEST_KERNEL_BLOCK_D, triton.next_power_of_2(dim)),
+            BIG=BIG_ID,
+            num_warps=BEST_KERNEL_WARPS,
+        )
         _row_best_kernel[(rows,)](
             part_score, part_id, out, top_k, BLOCK_K=triton.next_power_of_2(top_k), BIG=BIG_ID
         )
@@ -283,38 +199,6 @@ def fused_top_tokens(
         _launch_failed("fused centroid head", "dense", e)
         return None
     return out
-
-
-def _tiles(
-    common: tuple[Any, ...], rows: int, top_k: int, dim: int, per: int, ordering: torch.Tensor
-) -> bool:
-    """Launch the tiled kernel; False (counted in ``TILED_FALLBACKS``, logged) if that
-    raised, and the caller scores with the per-centroid kernel, as it will from then on."""
-    global TILED_FALLBACKS
-    if TILED_FALLBACKS:
-        return False
-    block_m = min(TILE_BLOCK_M, max(16, triton.next_power_of_2(rows)))  # tl.dot: >= 16
-    try:
-        _centroid_tile_kernel[(triton.cdiv(rows, block_m), ordering.numel() // per)](
-            *common,
-            rows,
-            top_k,
-            dim,
-            PER=per,
-            BLOCK_M=block_m,
-            BLOCK_K=triton.next_power_of_2(top_k),
-            BLOCK_D=min(TILE_BLOCK_D, max(16, triton.next_power_of_2(dim))),
-            IEEE=common[0].dtype == torch.float32,
-            BIG=BIG_ID,
-            num_warps=TILE_WARPS,
-        )
-    except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
-        TILED_FALLBACKS += 1
-        logger.warning(
-            "frozen_kv_mtp: tiled centroid kernel failed (%s); using the per-centroid one", e
-        )
-        return False
-    return True
 
 
 def fused_top_centroids(scores: torch.Tensor, top_k: int) -> torch.Tensor | None:

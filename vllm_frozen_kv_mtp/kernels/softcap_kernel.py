@@ -15,9 +15,7 @@ below 2^-13, where fp32 tanh rounds to its input; its multiplies (PTX ``mul.f32`
 subnormals. ``tests/gpu`` checks every bf16 and fp16 value and random fp32 values
 against the eager ops; the patch registry (patch 5) uses it only
 on NVIDIA GPUs, for the target of an engine that runs frozen_kv_mtp
-(``mark_target_logits``, at the drafter's load time). ``target_softcap="table"``
-(opt-in; slower in whole steps, runs N-N3) looks 16-bit values up in a table of the
-eager ops' own results instead (``softcap_table_in_place``).
+(``mark_target_logits``, at the drafter's load time).
 """
 
 from __future__ import annotations
@@ -79,15 +77,6 @@ if triton is not None:
         y = (y.to(tl.float32) * cap).to(dtype)
         tl.store(ptr, y, mask=mask)
 
-    @triton.jit
-    def _softcap_table_kernel(bits_ptr, table_ptr, row_stride, n_cols, BLOCK: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        ptr = bits_ptr + row * row_stride + cols
-        index = tl.load(ptr, mask=mask).to(tl.int32) & 0xFFFF  # the 16-bit pattern
-        tl.store(ptr, tl.load(table_ptr + index, mask=mask), mask=mask)
-
 
 def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
     """``logits`` soft-capped in place (``one_pass_softcap_supported`` must hold)."""
@@ -105,66 +94,10 @@ def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
     return logits
 
 
-#: a table holds one dtype's soft-cap at one cap on one device
-TableKey = tuple[torch.dtype, float, str]
-#: (dtype, cap, device) -> vLLM's soft-cap of every 16-bit pattern (``softcap_table``)
-_TABLES: dict[TableKey, torch.Tensor] = {}
-#: table-kernel launches so far (tests check that target_softcap="table" used it)
-TABLE_CALLS = 0
-
-
-def _table_key(dtype: torch.dtype, cap: float, device: torch.device) -> TableKey:
-    return (dtype, float(cap), str(device))
-
-
-def softcap_table(dtype: torch.dtype, cap: float, device: torch.device) -> torch.Tensor:
-    """The eager ops' result for each of the 65536 bf16 (or fp16) bit patterns, computed
-    by those ops on ``device``: entry i is the soft-cap of the value whose bits are i.
-    Built once per key, outside CUDA-graph capture (``mark_target_logits``)."""
-    key = _table_key(dtype, cap, device)
-    table = _TABLES.get(key)
-    if table is None:
-        bits = torch.arange(2**16, dtype=torch.int32, device=device).to(torch.int16)
-        table = eager_softcap(bits.view(dtype), cap).contiguous()
-        _TABLES[key] = table
-    return table
-
-
-def built_softcap_table(logits: torch.Tensor, cap: float) -> torch.Tensor | None:
-    """The table for ``logits``' dtype and device if one was built, else None (the
-    patch never builds one: it may run inside CUDA-graph capture)."""
-    return _TABLES.get(_table_key(logits.dtype, cap, logits.device))
-
-
-def softcap_table_in_place(
-    logits: torch.Tensor, cap: float, table: torch.Tensor | None = None
-) -> torch.Tensor:
-    """16-bit ``logits`` soft-capped in place by looking each value up in
-    ``softcap_table`` (built here when ``table`` is None), so bitwise the eager ops'
-    result by construction (subnormals and NaN payloads included), with no tanh to
-    compute. Option ``target_softcap="table"``, opt-in: exact on the H200 and faster
-    alone, but slower than ``softcap_in_place`` behind the logits GEMM at 512 rows and in
-    whole E4B steps at c=128 (BENCHMARKS.md, runs N-N3); rows as for ``softcap_in_place``."""
-    global TABLE_CALLS
-    assert logits.dtype in (torch.bfloat16, torch.float16), logits.dtype
-    rows, cols = logits.shape
-    if table is None:
-        table = softcap_table(logits.dtype, cap, logits.device)
-    if rows and cols:
-        grid = (rows, triton.cdiv(cols, BLOCK))
-        _softcap_table_kernel[grid](
-            logits.view(torch.int16), table.view(torch.int16), logits.stride(0), cols,
-            BLOCK=BLOCK,
-        )  # fmt: skip
-    TABLE_CALLS += 1
-    return logits
-
-
 def mark_target_logits(target_model: Any, mode: str = "one_pass") -> int:
-    """Mark the target's soft-capped logits processors for patch 5 with ``mode``
-    ("one_pass" or "table": option ``target_softcap``); how many were marked (0: the
-    target does not soft-cap). For "table" on CUDA, build the table for the target's
-    dtype now, before vLLM captures CUDA graphs."""
+    """Mark the target's soft-capped logits processors for patch 5 with ``mode`` (option
+    ``target_softcap``, "one_pass"); how many were marked (0: the target does not
+    soft-cap)."""
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
     from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
@@ -177,19 +110,11 @@ def mark_target_logits(target_model: Any, mode: str = "one_pass") -> int:
             type(target_model).__name__,
         )
         return 0
-    param = next(target_model.parameters(), None) if hasattr(target_model, "parameters") else None
     marked = 0
     for module in modules():
         if isinstance(module, LogitsProcessor) and module.soft_cap is not None:
             setattr(module, TARGET_SOFTCAP_ATTR, mode)
             marked += 1
-            if (
-                mode == "table"
-                and param is not None
-                and param.is_cuda
-                and param.dtype in (torch.bfloat16, torch.float16)
-            ):
-                softcap_table(param.dtype, module.soft_cap, param.device)
     if marked:
         logger.info(
             "frozen_kv_mtp: the target's logit soft-cap runs in one pass on CUDA "

@@ -33,11 +33,9 @@ def _patch_one_pass_softcap(mod: ModuleType) -> None:
         ):
             return original(self, lm_head, hidden_states, embedding_bias, skip_gather)
         from vllm_frozen_kv_mtp.kernels.softcap_kernel import (
-            built_softcap_table,
             eager_softcap,
             one_pass_softcap_supported,
             softcap_in_place,
-            softcap_table_in_place,
         )
 
         logits = self._get_logits(hidden_states, lm_head, embedding_bias, skip_gather)
@@ -45,10 +43,6 @@ def _patch_one_pass_softcap(mod: ModuleType) -> None:
             return None
         if not one_pass_softcap_supported(logits):
             return eager_softcap(logits, self.soft_cap)
-        if mode == "table":  # 16-bit logits whose table mark_target_logits built
-            table = built_softcap_table(logits, self.soft_cap)
-            if table is not None:
-                return softcap_table_in_place(logits, self.soft_cap, table)
         return softcap_in_place(logits, self.soft_cap)
 
     setattr(forward, MARK, True)
