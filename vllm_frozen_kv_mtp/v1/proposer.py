@@ -143,6 +143,13 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         if target_positions.dim() != 1:
             raise NotImplementedError("frozen_kv_mtp does not support M-RoPE targets")
         batch = common_attn_metadata.batch_size()
+        if num_speculative_tokens == 0:
+            # The scheduler chose no drafts this step. Upstream still runs a draft
+            # forward to keep its draft KV in sync; a frozen-KV drafter has none.
+            self.num_speculative_tokens = 0
+            self._last_draft_probs = None
+            self.frozen_stats.skipped_rounds += 1
+            return torch.empty((batch, 0), dtype=torch.int64, device=target_positions.device)
         rows = seed_row_indices(token_indices_to_sample, common_attn_metadata.query_start_loc)
         seed_cad = one_row_decode_metadata(
             common_attn_metadata,
@@ -179,6 +186,7 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         finally:
             self._round_attn_metadata = None
         self.frozen_stats.rounds += 1
+        self.frozen_stats.count_round(num_speculative_tokens)
         self.frozen_stats.seed_rows += batch
         self.frozen_stats.forwards += max(num_speculative_tokens, 1)
         if before is not None and self._kv_checksum() != before:

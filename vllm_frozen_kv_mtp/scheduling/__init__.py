@@ -1,0 +1,1 @@
+"""How many drafts each step: vLLM's schedule passes through; "auto" is the goodput policy."""

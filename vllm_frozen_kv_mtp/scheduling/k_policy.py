@@ -1,0 +1,254 @@
+"""How many drafts this step: the goodput policy of ``num_speculative_tokens="auto"``.
+
+Pure logic (no vLLM, no torch), driven by the scheduler in
+:mod:`vllm_frozen_kv_mtp.scheduling.scheduler`. Each step it picks the k in
+``0..k_max`` that maximises expected committed tokens per second for this batch:
+
+    goodput(b, k) = (1 + a_1 + ... + a_k) / cost(b, k)
+
+* ``a_i`` is the unconditional acceptance of draft position i (the probability that
+  a round's i-th draft is accepted), learned online from the engine's own
+  per-request verify results, exponentially forgotten so it follows the traffic.
+* ``cost(b, k)`` is the wall time of one engine step with batch ``b`` and ``k``
+  drafts, learned online from step timings per batch-size bucket. Unmeasured k are
+  extrapolated linearly from the measured ones (a prior slope until two are known).
+
+A frozen-KV drafter owns no KV, so changing k, or skipping drafting (k = 0),
+costs nothing to catch up: the policy is free to move every step. It still holds
+a choice for a few steps (hysteresis) so that step timings are clean and k does
+not flap, and while k = 0 it probes now and then so acceptance stays estimated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Tuning of :class:`GoodputPolicy`; the defaults are what ships."""
+
+    #: drafts per round are chosen in 0..k_max
+    k_max: int
+    #: per-step forgetting of acceptance counts: about 1/(1-decay) steps of memory
+    acceptance_decay: float = 0.98
+    #: prior acceptance of position i before any draft was verified: prior**i
+    prior_acceptance: float = 0.6
+    #: weight, in drafts, of that prior
+    prior_weight: float = 2.0
+    #: EWMA weight of a new step-time sample
+    cost_alpha: float = 0.2
+    #: relative step cost of one more draft until two k of a bucket are measured
+    prior_slope: float = 0.15
+    #: switch only when the best k beats the current one by this fraction
+    hysteresis: float = 0.03
+    #: steps to hold a new k before it may change again
+    min_dwell_steps: int = 4
+    #: at k = 0, schedule one round of drafts every this many steps
+    probe_interval: int = 32
+    #: every this many steps, hold a neighbour of the best k for a few steps so its
+    #: cost is measured (0 turns exploration off)
+    explore_interval: int = 64
+
+    def __post_init__(self) -> None:
+        if self.k_max < 1:
+            raise ValueError("k_max must be >= 1")
+
+
+def bucket(batch_size: int) -> int:
+    """Batch-size bucket of the cost table: the next power of two."""
+    return 1 << max(0, math.ceil(math.log2(max(1, batch_size))))
+
+
+class AcceptanceEstimate:
+    """Per-position unconditional acceptance, with exponential forgetting."""
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self.s = settings
+        k = settings.k_max
+        self.drafted = [0.0] * (k + 1)  # index i: rounds that drafted position i
+        self.accepted = [0.0] * (k + 1)
+
+    def observe(self, num_drafts: int, num_accepted: int) -> None:
+        """One request's verify result: ``num_accepted`` of its ``num_drafts`` drafts."""
+        n = min(num_drafts, self.s.k_max)
+        for i in range(1, n + 1):
+            self.drafted[i] += 1.0
+            if i <= num_accepted:
+                self.accepted[i] += 1.0
+
+    def decay(self) -> None:
+        d = self.s.acceptance_decay
+        self.drafted = [x * d for x in self.drafted]
+        self.accepted = [x * d for x in self.accepted]
+
+    def rates(self) -> list[float]:
+        """``[a_1, ..., a_kmax]``; a_i is non-increasing in i (a later draft is only
+        accepted if every earlier one was)."""
+        s = self.s
+        out: list[float] = []
+        prev = 1.0
+        for i in range(1, s.k_max + 1):
+            prior = s.prior_acceptance**i
+            if self.drafted[i] >= 1.0 or i == 1:
+                a = (self.accepted[i] + s.prior_weight * prior) / (self.drafted[i] + s.prior_weight)
+            else:
+                # Never drafted this deep lately: carry the last conditional rate on.
+                ratio = out[-1] / out[-2] if len(out) >= 2 and out[-2] > 0 else s.prior_acceptance
+                a = out[-1] * ratio
+            a = min(a, prev)
+            out.append(a)
+            prev = a
+        return out
+
+    def observed_positions(self) -> int:
+        return sum(1 for x in self.drafted[1:] if x >= 1.0)
+
+
+class StepCost:
+    """Step wall time per (batch bucket, k), EWMA, linearly extrapolated in k."""
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self.s = settings
+        self.seconds: dict[tuple[int, int], float] = {}
+        self.samples: Counter[tuple[int, int]] = Counter()
+
+    def observe(self, batch_size: int, k: int, seconds: float) -> None:
+        key = (bucket(batch_size), k)
+        old = self.seconds.get(key)
+        if old is not None and seconds > 20 * old:
+            return  # an idle gap or a stall, not a step
+        a = self.s.cost_alpha
+        self.seconds[key] = seconds if old is None else (1 - a) * old + a * seconds
+        self.samples[key] += 1
+
+    def known(self, batch_size: int) -> dict[int, float]:
+        b = bucket(batch_size)
+        return {k: t for (bb, k), t in self.seconds.items() if bb == b}
+
+    def estimate(self, batch_size: int, k: int) -> float | None:
+        """Seconds per step at (bucket of ``batch_size``, ``k``); None if nothing of the
+        bucket is measured yet (then every k costs the same to the policy's eyes)."""
+        known = self.known(batch_size)
+        if k in known:
+            return known[k]
+        if not known:
+            return None
+        ks = sorted(known)
+        if len(ks) == 1:
+            k0 = ks[0]
+            base = known[k0] / (1 + self.s.prior_slope * k0)
+            return base * (1 + self.s.prior_slope * k)
+        # least-squares line through the measured points; never below the cheapest
+        n = len(ks)
+        mk = sum(ks) / n
+        mt = sum(known[x] for x in ks) / n
+        var = sum((x - mk) ** 2 for x in ks)
+        slope = sum((x - mk) * (known[x] - mt) for x in ks) / var
+        slope = max(slope, 0.0)
+        return max(mt + slope * (k - mk), min(known.values()) * 0.5)
+
+
+@dataclass
+class GoodputPolicy:
+    """Picks k per step; see the module docstring."""
+
+    settings: PolicySettings
+    acceptance: AcceptanceEstimate = field(init=False)
+    cost: StepCost = field(init=False)
+    current: int = field(init=False)
+    steps: int = 0
+    chosen: Counter[int] = field(default_factory=Counter)
+    switches: int = 0
+    _held: int = 0
+    _explore_left: int = 0
+    _explore_k: int = 0
+
+    def __post_init__(self) -> None:
+        self.acceptance = AcceptanceEstimate(self.settings)
+        self.cost = StepCost(self.settings)
+        self.current = self.settings.k_max  # optimistic start: drafts are measured at once
+
+    # ---- what the scheduler feeds in ----------------------------------------
+
+    def observe_verify(self, num_drafts: int, num_accepted: int) -> None:
+        self.acceptance.observe(num_drafts, num_accepted)
+
+    def observe_step(self, batch_size: int, k: int, seconds: float) -> None:
+        self.cost.observe(batch_size, k, seconds)
+
+    # ---- the decision ---------------------------------------------------------
+
+    def goodput(self, batch_size: int, k: int, rates: list[float] | None = None) -> float:
+        """Expected committed tokens per second and request at (batch, k); per step
+        if no cost of the bucket is known yet."""
+        rates = self.acceptance.rates() if rates is None else rates
+        tokens = 1.0 + sum(rates[:k])
+        cost = self.cost.estimate(batch_size, k)
+        if cost is None:
+            cost = 1.0 + self.settings.prior_slope * k
+        return tokens / cost
+
+    def best(self, batch_size: int) -> int:
+        rates = self.acceptance.rates()
+        scores = [self.goodput(batch_size, k, rates) for k in range(self.settings.k_max + 1)]
+        return max(range(len(scores)), key=lambda k: (scores[k], -k))
+
+    def choose(self, batch_size: int) -> int:
+        """k for a step that schedules ``batch_size`` requests (called once per step)."""
+        self.steps += 1
+        self.acceptance.decay()
+        k = self._decide(batch_size)
+        if k != self.current:
+            self.switches += 1
+            self._held = 0
+        self._held += 1
+        self.current = k
+        self.chosen[k] += 1
+        return k
+
+    def _decide(self, batch_size: int) -> int:
+        s = self.settings
+        if self._explore_left > 0:
+            self._explore_left -= 1
+            return self._explore_k
+        if self.current == 0 and self.steps % s.probe_interval == 0:
+            return max(1, min(s.k_max, self._probe_k()))
+        if self._held < s.min_dwell_steps:
+            return self.current
+        best = self.best(batch_size)
+        if s.explore_interval and self.steps % s.explore_interval == 0 and best > 0:
+            neighbour = self._unmeasured_neighbour(batch_size, best)
+            if neighbour is not None:
+                self._explore_k, self._explore_left = neighbour, s.min_dwell_steps - 1
+                return neighbour
+        if best == self.current:
+            return best
+        rates = self.acceptance.rates()
+        if self.goodput(batch_size, best, rates) > (1 + s.hysteresis) * self.goodput(
+            batch_size, self.current, rates
+        ):
+            return best
+        return self.current
+
+    def _probe_k(self) -> int:
+        """At k = 0: draft deep enough to see the positions that could pay off."""
+        return max(2, self.acceptance.observed_positions())
+
+    def _unmeasured_neighbour(self, batch_size: int, best: int) -> int | None:
+        for k in (best + 1, best - 1):
+            if 0 < k <= self.settings.k_max and self.cost.samples[(bucket(batch_size), k)] < 3:
+                return k
+        return None
+
+    def summary(self) -> dict[str, object]:
+        """What the engine log reports: k chosen per step, acceptance, switches."""
+        return {
+            "steps": self.steps,
+            "k_counts": dict(sorted(self.chosen.items())),
+            "current_k": self.current,
+            "switches": self.switches,
+            "acceptance_per_position": [round(a, 3) for a in self.acceptance.rates()],
+        }

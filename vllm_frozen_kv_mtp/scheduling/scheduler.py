@@ -1,0 +1,153 @@
+"""The engine-core scheduler behind ``num_speculative_tokens="auto"``.
+
+vLLM's scheduler already takes a per-step k: it reads
+``self.dynamic_sd_lookup[batch_size]`` (the dense form of
+``num_speculative_tokens_per_batch_size``) every step and sends the result to the
+workers as ``SchedulerOutput.num_spec_tokens_to_schedule``. These subclasses swap
+that table for a lookup that asks :class:`GoodputPolicy`, and feed the policy from
+two narrow hooks of the parent: ``make_spec_decoding_stats`` (called once per
+verified request with its draft and accepted counts) and ``update_from_output``
+(once per step: its spacing is the step time). Nothing else of vLLM's scheduling
+changes, and drafts, verification and metrics stay vLLM's.
+
+``scheduler_cls`` is a supported vLLM extension point; the front end sets it to
+:class:`GoodputScheduler` when ``"auto"`` is asked for, and its ``__new__`` picks
+the async or the sync parent the way vLLM itself would.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+
+#: seconds between the engine-log lines that report the k chosen
+LOG_INTERVAL_S = 10.0
+
+
+class _PolicyLookup:
+    """Stands where vLLM keeps its dense batch-size -> k table."""
+
+    def __init__(self, policy: GoodputPolicy) -> None:
+        self.policy = policy
+
+    def __getitem__(self, batch_size: int) -> int:
+        return self.policy.choose(batch_size)
+
+    def __len__(self) -> int:  # vLLM never sizes it; keeps list-like code paths honest
+        return 1 << 30
+
+
+class _GoodputK:
+    """Mixin over vLLM's ``Scheduler`` / ``AsyncScheduler``: k chosen per step."""
+
+    num_spec_tokens: int
+    dynamic_sd_lookup: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.k_policy = GoodputPolicy(PolicySettings(k_max=self.num_spec_tokens))
+        self.dynamic_sd_lookup = _PolicyLookup(self.k_policy)
+        self._last_step_end: float | None = None
+        self._last_log = time.monotonic()
+        logger.info(
+            "frozen_kv_mtp: draft length policy 'auto': k in 0..%d chosen each step to "
+            "maximise expected committed tokens per second, from acceptance per "
+            "position and step times measured in this engine (%s)",
+            self.num_spec_tokens,
+            type(self).__name__,
+        )
+
+    # ---- what the policy learns from ------------------------------------------
+
+    def make_spec_decoding_stats(
+        self,
+        spec_decoding_stats: Any,
+        num_draft_tokens: int,
+        num_accepted_tokens: int,
+        num_invalid_spec_tokens: dict[str, int] | None,
+        request_id: str,
+    ) -> Any:
+        drafts = num_draft_tokens - (num_invalid_spec_tokens or {}).get(request_id, 0)
+        if drafts > 0:
+            self.k_policy.observe_verify(drafts, num_accepted_tokens)
+        return super().make_spec_decoding_stats(  # type: ignore[misc]
+            spec_decoding_stats,
+            num_draft_tokens,
+            num_accepted_tokens,
+            num_invalid_spec_tokens,
+            request_id,
+        )
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        now = time.monotonic()
+        self._time_step(scheduler_output, now)
+        result = super().update_from_output(  # type: ignore[misc]
+            scheduler_output, model_runner_output
+        )
+        # Time only back-to-back steps: an engine with nothing to run waits.
+        self._last_step_end = now if self.get_num_unfinished_requests() else None  # type: ignore[attr-defined]
+        if now - self._last_log >= LOG_INTERVAL_S:
+            self._last_log = now
+            self.log_k_choice()
+        return result
+
+    def _time_step(self, so: Any, now: float) -> None:
+        last, self._last_step_end = self._last_step_end, None
+        batch = len(so.num_scheduled_tokens)
+        if last is None or batch == 0:
+            return
+        k = so.num_spec_tokens_to_schedule
+        verified = {len(v) for v in so.scheduled_spec_decode_tokens.values()}
+        # A clean sample: every request verifies k drafts (or none at k = 0) and
+        # drafts k again, with no prefill in the step.
+        if verified - {k} or so.total_num_scheduled_tokens != batch * (1 + k):
+            return
+        self.k_policy.observe_step(batch, k, now - last)
+
+    def log_k_choice(self) -> None:
+        s = self.k_policy.summary()
+        logger.info(
+            "frozen_kv_mtp auto k: steps=%d k_counts=%s current_k=%d switches=%d "
+            "acceptance_per_position=%s",
+            s["steps"],
+            s["k_counts"],
+            s["current_k"],
+            s["switches"],
+            s["acceptance_per_position"],
+        )
+
+    def shutdown(self) -> None:
+        self.log_k_choice()
+        super().shutdown()  # type: ignore[misc]
+
+
+class GoodputSyncScheduler(_GoodputK, Scheduler):
+    """vLLM's ``Scheduler`` with k chosen by :class:`GoodputPolicy`."""
+
+
+class GoodputAsyncScheduler(_GoodputK, AsyncScheduler):
+    """vLLM's ``AsyncScheduler`` with k chosen by :class:`GoodputPolicy`."""
+
+
+class GoodputScheduler:
+    """What ``scheduler_cls`` names: builds the async or the sync variant, as vLLM's
+    ``SchedulerConfig.get_scheduler_cls`` would have for this engine."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        vllm_config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+        async_ = bool(vllm_config.scheduler_config.async_scheduling)
+        impl = GoodputAsyncScheduler if async_ else GoodputSyncScheduler
+        return impl(*args, **kwargs)
+
+
+def k_policy_of(scheduler: Any) -> GoodputPolicy | None:
+    """The policy of an engine's scheduler, if it runs ``"auto"`` (tests, benchmarks)."""
+    return getattr(scheduler, "k_policy", None)
