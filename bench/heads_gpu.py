@@ -137,6 +137,7 @@ def main() -> None:
     import torch
 
     import vllm_frozen_kv_mtp.kernels.centroid_kernel as centroid_kernel
+    from vllm_frozen_kv_mtp.kernels import fallbacks
 
     model = build(args.dim, args.vocab, args.centroids, args.top_k)
     rows_out: list[dict[str, Any]] = []
@@ -166,7 +167,7 @@ def main() -> None:
                     ) = default
                 label = f"fused@{block_d}x{warps}" + (":torch" if topk == "torch" else "")
                 rows_out.append(emit(rows, label, us, pick, picks["upstream"]))
-    if centroid_kernel.FALLBACKS:
+    if fallbacks.count("centroid_head"):
         print("WARNING: the fused head fell back to dense; its rows time dense", flush=True)
     print("\n| rows | " + " | ".join(f"{h} us" for h in HEADS) + " |")
     print("|---|" + "---|" * len(HEADS))

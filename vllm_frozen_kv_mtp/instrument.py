@@ -1,7 +1,9 @@
-"""Read-outs of a running in-process engine for the demo and benchmarks.
+"""Read-outs of a running in-process engine for the demo, benchmarks and tests.
 
-vLLM's own spec-decode counters (acceptance) plus host-side timing and row counts
-of the drafter. Needs ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (engine in this process).
+vLLM's own spec-decode counters (acceptance), host-side timing and row counts of the
+drafter, and this process's kernel fallbacks and launches. Needs
+``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (engine in this process); ``worker_drafter_info``
+reads a worker's.
 """
 
 from __future__ import annotations
@@ -9,6 +11,20 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from vllm_frozen_kv_mtp.kernels import fallbacks
+
+
+def kernel_fallbacks() -> dict[str, int]:
+    """Kernel fallbacks in this process so far, per kernel (``kernels/fallbacks.py``
+    names them); empty when every kernel ran."""
+    return fallbacks.counts()
+
+
+def kernel_launches() -> dict[str, int]:
+    """Launches counted so far in this process, per kernel (the split decode attention
+    outside CUDA graphs, the target's one-pass soft-cap)."""
+    return fallbacks.launches()
 
 
 def model_runner(llm: Any) -> Any:
@@ -30,7 +46,11 @@ def worker_drafter_info(worker: Any) -> dict[str, Any]:
     ``llm.collective_rpc(worker_drafter_info)`` when TP>1 puts the drafter there."""
     d = runner_drafter(worker.model_runner)
     stats = getattr(d, "frozen_stats", None)
-    return {"cls": type(d).__name__, "stats": stats.as_dict() if stats is not None else None}
+    return {
+        "cls": type(d).__name__,
+        "stats": stats.as_dict() if stats is not None else None,
+        "kernel_fallbacks": kernel_fallbacks(),
+    }
 
 
 def spec_metrics(llm: Any) -> dict[str, Any]:

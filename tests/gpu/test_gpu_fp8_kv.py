@@ -17,7 +17,7 @@ import torch
 
 from tests.gpu import GRAPH_KW
 from tests.utils.engine import drafter, engine, outputs, spec_metrics
-from vllm_frozen_kv_mtp.instrument import acceptance
+from vllm_frozen_kv_mtp.instrument import acceptance, kernel_fallbacks, kernel_launches
 
 pytestmark = [
     pytest.mark.gpu,
@@ -48,6 +48,11 @@ def calibrated_target_scales(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setattr(Attention, "process_weights_after_loading", process_weights_after_loading)
     yield
+
+
+def split_counts() -> tuple[int, int]:
+    """(fallbacks, launches) of the split decode attention in this process so far."""
+    return kernel_fallbacks().get("split_decode", 0), kernel_launches().get("split_decode", 0)
 
 
 def _draft_scales(llm: Any) -> list[float]:
@@ -101,7 +106,6 @@ def test_fp8_kv_split_decode_attention(calibrated_target_scales: None, runner: s
     from vllm import SamplingParams
 
     from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
-    from vllm_frozen_kv_mtp.kernels import split_decode_impl
 
     t, a = trained_pair_paths()
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
@@ -113,15 +117,13 @@ def test_fp8_kv_split_decode_attention(calibrated_target_scales: None, runner: s
         ("frozen", base),
         ("split", {**base, "draft_attention": "split"}),
     ):
-        before = split_decode_impl.FALLBACKS, split_decode_impl.SPLIT_CALLS
+        before = split_counts()
         with engine(str(t), spec, max_num_seqs=len(prompts), **KW) as llm:
             out = outputs(llm.generate(prompts, params, use_tqdm=False))
             acc = acceptance(spec_metrics(llm)) if spec else {}
             scales = _draft_scales(llm) if spec else []
-        counts = (
-            split_decode_impl.FALLBACKS - before[0],
-            split_decode_impl.SPLIT_CALLS - before[1],
-        )
+        after = split_counts()
+        counts = (after[0] - before[0], after[1] - before[1])
         res[name] = (out, acc, scales, counts)
         print(f"{runner} fp8 {name}: {acc}, (fallbacks, split calls) {counts}")
     out, acc, scales, (fallbacks, calls) = res["split"]

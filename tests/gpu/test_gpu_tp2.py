@@ -46,6 +46,7 @@ def test_tp2_greedy_identical(variant: str) -> None:
     print(f"tp2 {variant}: workers {info}, {acceptance(m)}")
     assert [i["cls"] for i in info] == ["FrozenKVMTPSpeculator"] * 2
     assert all(i["stats"]["rounds"] > 0 for i in info)
+    assert all("seed_rows" not in i["kernel_fallbacks"] for i in info), info
     assert m["num_drafts"] > 0
     assert got == expected
     if variant == "fp32-oracle":

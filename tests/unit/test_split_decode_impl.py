@@ -17,7 +17,10 @@ import torch
 
 from tests.utils.triton_interpreter import run_in_triton_interpreter
 from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import default_splits
-from vllm_frozen_kv_mtp.kernels.split_decode_impl import split_decode_applies
+from vllm_frozen_kv_mtp.kernels.split_decode_impl import (
+    split_decode_applies,
+    split_decode_refusal,
+)
 
 HEAD, Q_HEADS, KV_HEADS, BLOCK = 256, 4, 2, 16
 SEQ_LENS = (5, 40, 33)
@@ -141,14 +144,16 @@ def check() -> None:
                           _q_scale=torch.tensor([0.25, 0.5]))  # fmt: skip
     per_head.forward(two, q8, None, None, kv8.view(torch.uint8), metadata, out)
     assert calls == [3, 3, 3, 3, 3]
-    from vllm_frozen_kv_mtp.kernels import split_decode_impl
+    from vllm_frozen_kv_mtp.kernels import fallbacks
 
-    counts = split_decode_impl.SPLIT_CALLS, split_decode_impl.FALLBACKS
+    counts = fallbacks.launches()["split_decode"], fallbacks.count("split_decode")
     impl.forward(None, q, None, None, kv_cache, metadata, out)
     assert calls == [3, 3, 3, 3, 3] and out.abs().sum() > 0
     # the two layers and the two FP8 calls above; four fallbacks with metadata
     assert counts == (4, 4), counts
-    assert split_decode_impl.SPLIT_CALLS == 5
+    assert fallbacks.launches()["split_decode"] == 5
+    summary = fallbacks.summary()
+    assert summary is not None and 'draft_attention="split": 4' in summary, summary
     print("split decode impl matches the reference and falls back")
 
 
@@ -183,7 +188,10 @@ def test_what_the_split_kernel_takes(change: dict[str, Any], applies: bool) -> N
     for key, value in change.items():
         setattr(impl if hasattr(impl, key) else metadata, key, value)
     assert split_decode_applies(impl, metadata) is applies
+    assert (split_decode_refusal(impl, metadata) is None) is applies
     assert split_decode_applies(impl, metadata, output_scale=torch.ones(1)) is False
+    if applies:
+        assert split_decode_refusal(impl, metadata, torch.ones(1)) == "quantised output"
 
 
 def test_splits_are_fixed_per_row_count() -> None:

