@@ -24,11 +24,11 @@ full-vocabulary tensor:
   upstream's head below (see ``head_for_rows``).
 
 Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA graph
-(run F, ``bench/heads_gpu.py``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.5 /
+(``bench/heads_gpu.py``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.5 /
 71.8 / 165.7 / 521.4, dense 89.5 / 106.2 / 123.5 / 150.4, fused 25.2 / 26.5 / 52.1 / 90.0
-(15.3 / 17.9 / 32.3 / 71.9 with today's launch shape and top-k kernel, run F2), all
+(15.3 / 17.9 / 32.3 / 71.9 with today's launch shape and top-k kernel), all
 picking upstream's token.
-Whole decode steps (run H, median of 5): the draft round with ``fused`` is 0.51 / 0.54 /
+Whole decode steps (median of 5): the draft round with ``fused`` is 0.51 / 0.54 /
 0.70 / 0.91 ms at c=1 / 8 / 32 / 128, against 0.69 / 0.80 / 1.17 / 2.39 for upstream
 ``mtp``.
 """
@@ -47,7 +47,7 @@ from vllm_frozen_kv_mtp.kernels.centroid_kernel import (
 )
 
 #: Where "fused" cannot run, "auto" scores with "dense" from this many rows up and
-#: leaves smaller batches to upstream's head. On the H200 (E4B, runs C-E) the dense
+#: leaves smaller batches to upstream's head. On the H200 (E4B) the dense
 #: head was slower than upstream's at <=8 rows (it reads the whole table) and faster
 #: from 32 rows (124 vs 166 us per call; 151 vs 522 at 128 rows).
 AUTO_DENSE_MIN_ROWS = 32
@@ -59,7 +59,7 @@ def head_for_rows(head: str, rows: int, fused_ok: bool = False) -> str:
     CUDA-graph bucket size), so the choice is fixed per captured graph."""
     if head != "auto":
         return head
-    if fused_ok:  # "fused": the fastest head at every row count measured (1-128, runs E-G)
+    if fused_ok:  # "fused": the fastest head at every row count measured (1-128)
         return "fused"
     return "dense" if rows >= AUTO_DENSE_MIN_ROWS else "upstream"
 

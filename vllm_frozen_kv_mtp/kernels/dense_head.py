@@ -3,7 +3,7 @@
 
 Upstream computes every row's full-vocabulary logits with a GEMM, soft-caps them (three
 elementwise passes), fills ``suppress_tokens`` with -inf and takes the argmax. On the
-H200 that head was 0.41 ms of a 1.59 ms 31B round at c=32 (run J31p): the GEMM reads
+H200 that head was 0.41 ms of a 1.59 ms 31B round at c=32: the GEMM reads
 the whole 537 MB table each draft step. Here one launch scores a block of vocabulary
 rows for a block of draft rows (``tl.dot``) and keeps each draft row's best (score,
 lowest token id) in that block; a second launch reduces the blocks. Soft-capping is
@@ -20,9 +20,9 @@ monotonic, so the pick needs none.
   does: at 128 rows that launch was the faster of the two.
 
 Model Runner V2, one GPU per drafter (vocabulary-parallel heads, TP > 1, keep
-upstream's head). On the H200 (run L31, the 31B head alone): upstream 142.2 / 189.6 /
+upstream's head). On the H200 (the 31B head alone): upstream 142.2 / 189.6 /
 308.1 us per call at 1 / 32 / 128 rows, ``fused`` 128.4 / 132.1 / 222.0 with the same
-picks, ``fp8`` as launched 96.2 / 116.2 / 245.2 (run K31: within 5%). The CPU tests
+picks, ``fp8`` as launched 96.2 / 116.2 / 245.2 (repeat runs within 5%). The CPU tests
 check the picks against a torch reference in Triton's interpreter and compile the
 kernels for sm_90.
 """
@@ -55,7 +55,7 @@ FP8_MAX = 448.0
 BLOCK_N, BLOCK_K, MAX_BLOCK_M = 128, 64, 64
 #: "fp8" scores batches of up to this many rows from the FP8 copy and larger ones from
 #: the loaded table, and batches of up to FP8_WIDE_K_ROWS rows in hidden chunks of
-#: FP8_WIDE_K. On the H200 (31B head, us per call, run K31): FP8 117.3 vs the loaded
+#: FP8_WIDE_K. On the H200 (31B head, us per call): FP8 117.3 vs the loaded
 #: table's 137.1 at 32 rows, but 267.5 vs 226.4 at 128; FP8 in 128-wide chunks 96.3 /
 #: 96.1 vs 110.6 / 111.7 at 1 / 8 rows, and no faster at 32. Run L31: 95.9 vs 100.9
 #: at 16 rows.

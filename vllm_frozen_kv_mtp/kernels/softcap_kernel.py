@@ -3,14 +3,14 @@
 vLLM's ``LogitsProcessor.forward`` runs it as three eager ops over the target's logits,
 each reading and writing the whole [rows, 262144] tensor. A verify pass scores
 (k+1) x c rows, so at c=128 and k=3 those three passes cost 394 us on the H200 against
-185 us for this kernel (run M2, ``bench/logits_gemm_gpu.py``, E4B, 512 rows).
+185 us for this kernel (``bench/logits_gemm_gpu.py``, E4B, 512 rows).
 
 The kernel is bitwise vLLM's result, not an approximation: it rounds to the logits'
 dtype after each op exactly where the eager ops do. PyTorch divides a CUDA tensor by a
 Python scalar as a multiply by the fp32 reciprocal (``div_true_kernel_cuda``), and
 ``tanh`` and ``*`` compute in fp32 and round once. Subnormals too: Triton links
-libdevice's flush-to-zero tanh, which made 1472 of the 65536 bf16 values (all below
-30 x 2^-121) differ on the H200 in run M, so the kernel takes tanh as the identity
+libdevice's flush-to-zero tanh, which made a first version differ on 1472 of the 65536
+bf16 values on the H200 (all below 30 x 2^-121), so the kernel takes tanh as the identity
 below 2^-13, where fp32 tanh rounds to its input; its multiplies (PTX ``mul.f32``) keep
 subnormals. ``tests/gpu`` checks every bf16 and fp16 value and random fp32 values
 against the eager ops; the patch registry (patch 5) uses it only
