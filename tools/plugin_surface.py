@@ -1,0 +1,232 @@
+"""What the plugin takes from vLLM, read from its sources with ``ast``: imports, subclasses,
+overridden methods, ``self.`` attributes and calls into vLLM. Checked against a
+:class:`tools.vllm_source.VllmSource` (no import of either side).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.vllm_source import ClassInfo, FunctionNode, Signature, VllmSource, signature
+
+PACKAGE = Path(__file__).resolve().parents[1] / "vllm_frozen_kv_mtp"
+
+#: classes the plugin builds at run time over a vLLM class it receives as an argument
+DYNAMIC_BASES = {
+    "SplitDecodeTritonImpl": "vllm.v1.attention.backends.triton_attn.TritonAttentionImpl",
+}
+
+
+@dataclass(frozen=True)
+class VllmImport:
+    where: str  # plugin module:line
+    module: str
+    name: str | None  # None for ``import vllm.x``
+
+
+@dataclass
+class PluginClass:
+    """A plugin class with a vLLM base."""
+
+    where: str
+    node: ast.ClassDef
+    bases: list[str]  # dotted vLLM class paths
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted vLLM path
+
+
+def plugin_modules(package: Path = PACKAGE) -> dict[str, ast.Module]:
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        out[name] = ast.parse(path.read_text(), filename=str(path))
+    return out
+
+
+def vllm_imports(modules: dict[str, ast.Module]) -> list[VllmImport]:
+    """Every ``from vllm... import`` / ``import vllm...`` in the plugin, at any depth."""
+    out = []
+    for mod, tree in modules.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                if node.module == "vllm" or node.module.startswith("vllm."):
+                    for alias in node.names:
+                        out.append(VllmImport(f"{mod}:{node.lineno}", node.module, alias.name))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == "vllm" or alias.name.startswith("vllm."):
+                        out.append(VllmImport(f"{mod}:{node.lineno}", alias.name, None))
+    return out
+
+
+def import_problems(src: VllmSource, imports: list[VllmImport]) -> list[str]:
+    problems = []
+    for imp in imports:
+        if src.module_file(imp.module) is None:
+            problems.append(f"{imp.where}: module {imp.module} is gone")
+        elif imp.name is not None and src.resolve(imp.module, imp.name)[1] == "missing":
+            problems.append(f"{imp.where}: {imp.module} has no {imp.name}")
+    return problems
+
+
+def _local_imports(tree: ast.Module) -> dict[str, str]:
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.split(".")[0] == "vllm":
+                for alias in node.names:
+                    out[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return out
+
+
+def _with_mixins(node: ast.ClassDef, local: dict[str, ast.ClassDef]) -> ast.ClassDef:
+    """``node`` with the bodies of its same-module plugin bases (mixins) folded in, the
+    class's own definitions last so that they win."""
+    mixins = [local[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in local]
+    if not mixins:
+        return node
+    body = [stmt for m in reversed(mixins) for stmt in _with_mixins(m, local).body]
+    merged = ast.ClassDef(
+        name=node.name,
+        bases=node.bases,
+        keywords=node.keywords,
+        body=[*body, *node.body],
+        decorator_list=node.decorator_list,
+    )
+    return ast.copy_location(merged, node)
+
+
+def plugin_classes(modules: dict[str, ast.Module]) -> list[PluginClass]:
+    out = []
+    for mod, tree in modules.items():
+        imports = _local_imports(tree)
+        local = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        for node in local.values():
+            bases = [
+                imports[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in imports
+            ]
+            if node.name in DYNAMIC_BASES:
+                bases.append(DYNAMIC_BASES[node.name])
+            if bases:
+                merged = _with_mixins(node, local)
+                out.append(PluginClass(f"{mod}.{node.name}", merged, bases, imports))
+    return out
+
+
+def methods(node: ast.ClassDef) -> dict[str, FunctionNode]:
+    return {s.name: s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def own_attrs(node: ast.ClassDef) -> set[str]:
+    """Names the plugin class defines itself: methods, class attributes, ``self.x`` stores."""
+    names = set(methods(node))
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            names.add(stmt.target.id)
+        elif isinstance(stmt, ast.Assign):
+            names |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    for n in ast.walk(node):
+        if (
+            isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, ast.Store)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+        ):
+            names.add(n.attr)
+    return names
+
+
+def self_reads(node: ast.ClassDef) -> set[str]:
+    return {
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Load)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+    }
+
+
+@dataclass(frozen=True)
+class Call:
+    where: str
+    target: str  # description for messages
+    n_positional: int
+    keywords: frozenset[str]
+    star: bool
+
+
+def _call(where: str, target: str, call: ast.Call, drop_first: bool = False) -> Call:
+    star = any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    )
+    n = len([a for a in call.args if not isinstance(a, ast.Starred)]) - (1 if drop_first else 0)
+    return Call(where, target, n, frozenset(k.arg for k in call.keywords if k.arg), star)
+
+
+def parent_calls(cls: PluginClass) -> Iterator[tuple[str, Call]]:
+    """(method name, call) for ``super().m(...)``, ``self.m(...)`` of a method the class
+    does not define, and ``VllmBase.m(self, ...)``."""
+    own = methods(cls.node)
+    for n in ast.walk(cls.node):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+            continue
+        f = n.func
+        where = f"{cls.where}:{n.lineno}"
+        if (
+            isinstance(f.value, ast.Call)
+            and isinstance(f.value.func, ast.Name)
+            and f.value.func.id == "super"
+        ):
+            yield f.attr, _call(where, f"super().{f.attr}", n)
+        elif isinstance(f.value, ast.Name) and f.value.id == "self" and f.attr not in own:
+            yield f.attr, _call(where, f"self.{f.attr}", n)
+        elif isinstance(f.value, ast.Name) and f.value.id in cls.imports:
+            yield f.attr, _call(where, f"{f.value.id}.{f.attr}", n, drop_first=True)
+
+
+def function_calls(modules: dict[str, ast.Module]) -> Iterator[tuple[str, Call]]:
+    """(dotted vLLM function, call) for calls of functions imported from vLLM."""
+    for mod, tree in modules.items():
+        imports = _local_imports(tree)
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in imports:
+                yield imports[n.func.id], _call(f"{mod}:{n.lineno}", n.func.id, n)
+
+
+def override_problems(ours: Signature, parent: Signature) -> list[str]:
+    """Why a call that binds to ``parent`` might not bind to ``ours``."""
+    problems = []
+    for i, name in enumerate(parent.positional):
+        if i < len(ours.positional):
+            if ours.positional[i] != name:
+                problems.append(
+                    f"parameter {i + 1} is {name!r} upstream, {ours.positional[i]!r} here"
+                )
+        elif not ours.varargs and name not in ours.kwonly:
+            problems.append(f"upstream parameter {name!r} is missing")
+    for name in parent.kwonly:
+        if name not in ours.names() and not ours.varkw:
+            problems.append(f"upstream keyword {name!r} is missing")
+    required = set(ours.positional[: ours.n_required_positional]) | set(ours.required_kwonly)
+    extra = required - parent.names()
+    if extra:
+        problems.append(f"{sorted(extra)} required here but not upstream")
+    return problems
+
+
+def parent_method(
+    src: VllmSource, cls: PluginClass, name: str
+) -> tuple[ClassInfo, FunctionNode] | None:
+    for base in cls.bases:
+        found = src.method(src.cls(base), name)
+        if found is not None:
+            return found
+    return None
+
+
+def signature_of(fn: FunctionNode) -> Signature:
+    return signature(fn, is_method=True)
