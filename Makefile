@@ -71,7 +71,7 @@ lint: install
 	$(VENV)/bin/mypy vllm_frozen_kv_mtp bench
 
 bench-cpu: install
-	$(PY) bench/bench_cpu.py --models $(MODELS) --out bench/results/cpu.json
+	$(PY) -m bench.cpu --models $(MODELS) --out bench/results/cpu.json
 
 clean:
 	rm -rf $(VENV) $(MODELS) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,18 +1,17 @@
-"""Rough wall time of an H200 plan, from the calls ``bench/h200_session.sh dry`` lists.
+"""Rough wall time of a GPU plan, from the calls ``bench/remote_gpu_session.sh dry`` lists.
 
-A session has 30 device-minutes, and a plan that runs past them loses what it has not
-packed yet (run H2 lost its frozen rows that way). ``dry`` prints this estimate after
-the steps:
+A rented GPU host is often held for a fixed time, and a plan that runs past it loses
+what it has not packed yet. ``dry`` prints this estimate after the steps:
 
-    E4B=0 TESTS=v2 ... bash bench/h200_session.sh dry      # ends with "estimated: ..."
-    python bench/plan_estimate.py dry.log                   # or on a saved call list
+    E4B=0 TESTS=v2 ... bash bench/remote_gpu_session.sh dry   # ends with "estimated: ..."
+    python -m bench.plan_estimate dry.log                      # or on a saved call list
 
 The costs are fitted to measured plans on a one-GPU H200 (16 cores), so they are rough:
-run K31 (attention sweeps at 31B and E4B, the dense head, 5 V2 tests, 4 31B methods at
-3 concurrencies with the 1k TTFT: 1525 s) and run J (the E4B sweep, 1 V2 test, 4 E4B
-methods at 2 concurrencies with the 1k TTFT, a graph-mode profile: 1371 s). An engine
-load (compile, CUDA graphs, dummy weights) is most of a bench method's time, at E4B and
-31B alike. Device time also counts machine start and the two setup calls (~1-2 min).
+one with attention sweeps at 31B and E4B, the dense head, 5 V2 tests and 4 31B methods
+at 3 concurrencies with the 1k TTFT took 1525 s; one with the E4B sweep, 1 V2 test, 4 E4B
+methods at 2 concurrencies with the 1k TTFT and a graph-mode profile took 1371 s. An
+engine load (compile, CUDA graphs, dummy weights) is most of a bench method's time, at
+E4B and 31B alike. Starting the host and setting it up add a few minutes more.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ ATTN_S = {"31B": 257, "E4B": 135}
 FIXED_S = {"dense": 45, "verify head": 40, "logits gemm": 30, "heads": 40, "profile": 200}
 #: GPU tests: pytest start-up, then each selected test (two or three engines each)
 TESTS_BASE_S, TEST_S = 60, 35
-#: bench_gpu.py's defaults when a flag is absent
+#: bench.gpu's defaults when a flag is absent
 DEFAULT_CONCURRENCY, DEFAULT_TTFT = "1,8,32,128", "1024,8192"
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,16 +110,16 @@ def estimate(lines: list[str], count_tests: Callable[[str], int] = count_gpu_tes
 
 #: (text in a logged call, its step), first match wins; the report matches none
 STEPS = (
-    ("attn_gpu.py", "attn"),
-    ("dense_head_gpu.py --hidden", "verify head"),
-    ("logits_gemm_gpu.py", "logits gemm"),
-    ("dense_head_gpu.py", "dense"),
-    ("heads_gpu.py", "heads"),
-    ("profile_draft_gpu.py", "profile"),
+    ("bench.micro.attn_gpu", "attn"),
+    ("bench.micro.dense_head_gpu --hidden", "verify head"),
+    ("bench.micro.logits_gemm_gpu", "logits gemm"),
+    ("bench.micro.dense_head_gpu", "dense"),
+    ("bench.micro.heads_gpu", "heads"),
+    ("bench.micro.profile_draft_gpu", "profile"),
     ("pytest", "tests"),
-    ("bench_gpu.py all --models E4B", "E4B"),
-    ("bench_gpu.py all --models 31B", "31B"),
-    ("bench_gpu.py all --models 26B-A4B", "26B"),
+    ("bench.gpu all --models E4B", "E4B"),
+    ("bench.gpu all --models 31B", "31B"),
+    ("bench.gpu all --models 26B-A4B", "26B"),
 )
 
 
@@ -130,7 +129,7 @@ def step_name(line: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("calls", help="the call list h200_session.sh dry writes (one per line)")
+    ap.add_argument("calls", help="the call list remote_gpu_session.sh dry writes (one per line)")
     args = ap.parse_args()
     print(estimate(Path(args.calls).read_text().splitlines()))
 

@@ -76,7 +76,7 @@ def check() -> None:
             err = float((out - want).abs().max())
             assert err < 1e-4, (head, window, n, heads, err)
             assert torch.equal(out[-1], torch.zeros_like(out[-1])), "padding row"
-    # other launch shapes (bench/attn_gpu.py sweeps them): tiles of one block and of two
+    # other launch shapes (bench.micro.attn_gpu sweeps them): tiles of one block and of two
     q, k, v, table, seq_lens = make_case(256, 16, 9)
     want = decode_attention_reference(q, k, v, table, seq_lens, 0.125, 40)
     for tile, warps, mma in ((16, 2, True), (32, 8, True), (32, 8, False), (16, 4, False)):
@@ -135,11 +135,8 @@ def test_workspace_does_not_grow_with_max_num_seqs() -> None:
 
 
 def check_bench_call() -> None:
-    """Run inside the interpreter subprocess: bench/attn_gpu.py's "frozen" call."""
-    import sys
-
-    sys.path.insert(0, "bench")
-    from attn_gpu import attention_call
+    """Run inside the interpreter subprocess: bench.micro.attn_gpu's "frozen" call."""
+    from bench.micro.attn_gpu import attention_call
 
     cases = (
         (256, 24, "frozen", 4, 2),

@@ -52,7 +52,7 @@ def check() -> None:
         w8, scale = quantize_rows_fp8(weight, chunk=128)
         got = dense_top_tokens(hidden, w8, scale, vocab)
         assert torch.equal(got, dense_top_tokens_reference(hidden, w8, scale, vocab)), rows
-        # another launch shape (bench/dense_head_gpu.py sweeps them): the same picks
+        # another launch shape (bench.micro.dense_head_gpu sweeps them): the same picks
         other = dense_top_tokens(hidden, w8, scale, vocab, block_n=64, block_k=32, max_block_m=16)
         assert torch.equal(other, got), rows
         wide = dense_top_tokens(hidden, w8, scale, vocab, block_k=128)  # small batches' shape

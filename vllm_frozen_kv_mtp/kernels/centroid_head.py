@@ -24,7 +24,7 @@ full-vocabulary tensor:
   upstream's head below (see ``head_for_rows``).
 
 Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA graph
-(``bench/heads_gpu.py``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.5 /
+(``bench.micro.heads_gpu``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.5 /
 71.8 / 165.7 / 521.4, dense 89.5 / 106.2 / 123.5 / 150.4, fused 25.2 / 26.5 / 52.1 / 90.0
 (15.3 / 17.9 / 32.3 / 71.9 with today's launch shape and top-k kernel), all
 picking upstream's token.

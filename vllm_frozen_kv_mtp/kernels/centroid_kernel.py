@@ -32,7 +32,7 @@ BIG_ID = 2**62
 
 #: launch shape of the per-centroid kernel: hidden-dim chunk and warps per program.
 #: The fastest of 64x4, 128x4, 128x8 and 256x8 on the H200 at 32 and 128 rows
-#: (``bench/heads_gpu.py --sweep``, E4B head: 40.0 vs 52.1 us per call at 32 rows with
+#: (``bench.micro.heads_gpu --sweep``, E4B head: 40.0 vs 52.1 us per call at 32 rows with
 #: 64x4, 72.1 vs 90.0 at 128).
 BEST_KERNEL_BLOCK_D = 128
 BEST_KERNEL_WARPS = 4
@@ -40,7 +40,7 @@ BEST_KERNEL_WARPS = 4
 
 #: how the fused head selects each row's top centroids: "triton" (one launch of
 #: ``_centroid_topk_kernel``) or "torch" (``torch.topk``, unsorted on CUDA). The whole
-#: fused head on the H200 (E4B head, ``bench/heads_gpu.py --sweep 128x4:torch``):
+#: fused head on the H200 (E4B head, ``bench.micro.heads_gpu --sweep 128x4:torch``):
 #: 15.3 / 17.9 / 32.3 / 71.9 us per call at 1 / 8 / 32 / 128 rows with "triton", 21.8 /
 #: 25.7 / 39.3 / 71.9 with "torch".
 CENTROID_TOPK = "triton"

@@ -18,7 +18,7 @@ KV head scored together with one ``tl.dot``) and changes the launch shape:
   launch, or written out directly when there is one split.
 
 Opt-in: option ``draft_attention="split"`` runs the drafter's layers on it
-(split_decode_impl.py), and ``bench/attn_gpu.py`` times it against vLLM's two kernels
+(split_decode_impl.py), and ``bench.micro.attn_gpu`` times it against vLLM's two kernels
 at the drafter's shapes. On the H200 (BENCHMARKS.md), at E4B's heads, its split
 counts as ``choose_splits`` now picks them beat the faster of vLLM's two kernels at 45 of 48
 shapes (the exceptions: one row over one or two tiles of the sliding layer, by 0.5-0.8 us,

@@ -194,7 +194,7 @@ def dense_top_tokens(
     """Each row's best token over the first ``vocab`` rows of ``weight`` (scaled per row
     when ``scale`` is given), lowest id among equal scores, ``suppress`` never picked.
     Launch-only (no host sync), so it can be captured in a CUDA graph. The launch-shape
-    arguments are for ``bench/dense_head_gpu.py``'s sweep."""
+    arguments are for ``bench.micro.dense_head_gpu``'s sweep."""
     assert triton is not None, "Triton is not installed"
     if hidden_states.stride(-1) != 1:  # the kernel steps through the hidden dim by 1
         hidden_states = hidden_states.contiguous()

@@ -3,7 +3,7 @@
 vLLM's ``LogitsProcessor.forward`` runs it as three eager ops over the target's logits,
 each reading and writing the whole [rows, 262144] tensor. A verify pass scores
 (k+1) x c rows, so at c=128 and k=3 those three passes cost 394 us on the H200 against
-185 us for this kernel (``bench/logits_gemm_gpu.py``, E4B, 512 rows).
+185 us for this kernel (``bench.micro.logits_gemm_gpu``, E4B, 512 rows).
 
 The kernel is bitwise vLLM's result, not an approximation: it rounds to the logits'
 dtype after each op exactly where the eager ops do. PyTorch divides a CUDA tensor by a

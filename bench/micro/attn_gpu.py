@@ -4,9 +4,9 @@ pass per (request, KV head) ("2D"), and this project's split decode kernel
 (``vllm_frozen_kv_mtp.kernels.decode_attention_kernel``, what ``draft_attention="split"`` runs),
 for one decode query per request.
 
-    python bench/attn_gpu.py --rows 1,8,16,32,64,128 --contexts 128,256,512,2048 \\
+    python -m bench.micro.attn_gpu --rows 1,8,16,32,64,128 --contexts 128,256,512,2048 \\
         --json bench/results/h200_attn.json
-    python bench/attn_gpu.py --shape 31B --json bench/results/h200_attn_31B.json
+    python -m bench.micro.attn_gpu --shape 31B --json bench/results/h200_attn_31B.json
 
 Layers (``SHAPES``): ``sliding`` (head size 256, window 512 for E4B, 1024 for 31B) and
 ``full`` (head size 512); E4B: 4 query heads over 2 KV heads in both; 31B: 32 query heads
@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 #: shape -> layer -> (head size, window, query heads, KV heads), from fixtures/shapes.py
 SHAPES = {
@@ -152,7 +149,8 @@ def main() -> None:
     forced = [f"frozen:{n}" for n in args.frozen_variants.split(",") if n]
 
     import torch
-    from heads_gpu import time_graph
+
+    from bench.micro.timing import time_graph
 
     rows_out: list[dict[str, Any]] = []
     with torch.inference_mode():

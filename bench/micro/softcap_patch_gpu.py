@@ -1,7 +1,7 @@
 """Patch 5 as the engine calls it: vLLM's ``LogitsProcessor.forward`` on a target head
 (262144 x hidden, bf16) in each ``target_softcap`` mode, eager, on CUDA.
 
-    python bench/softcap_patch_gpu.py --hidden 2560 --rows 128,512
+    python -m bench.micro.softcap_patch_gpu --hidden 2560 --rows 128,512
 
 Per mode and row count: host us per call (Python and launches; the GPU queue is kept
 from filling by syncing every ``--batch`` calls), GPU us per call (CUDA events over
@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SOFTCAP = 30.0  # Gemma 4's final_logit_softcapping
 MODES = ("vllm", "one_pass")

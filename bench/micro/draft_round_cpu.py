@@ -1,6 +1,6 @@
 """Draft-round A/B on CPU: frozen_kv_mtp vs upstream `mtp` on the same captured rounds.
 
-    python bench/draft_round_cpu.py --batch 8 --iters 20
+    python -m bench.micro.draft_round_cpu --batch 8 --iters 20
 
 Whole-engine tokens/s on a shared 2-core VM drifts by tens of percent between
 runs. This compares the two drafters where they differ, in one process: a
@@ -21,17 +21,13 @@ import argparse
 import dataclasses
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from vllm_frozen_kv_mtp.demo import resolve_pair  # noqa: E402
-from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS  # noqa: E402
+from vllm_frozen_kv_mtp.demo import resolve_pair
+from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS
 
 MODES = ("frozen_kv_mtp", "mtp")
 

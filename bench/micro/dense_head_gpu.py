@@ -2,7 +2,8 @@
 full-vocabulary logits, soft-cap, argmax) against ``dense_head="fused"`` and ``"fp8"``
 (vllm_frozen_kv_mtp/kernels/dense_head.py), at the 31B assistant's head shape.
 
-    python bench/dense_head_gpu.py --rows 1,8,16,32,64,128 --json bench/results/h200_dense_head.json
+    python -m bench.micro.dense_head_gpu --rows 1,8,16,32,64,128 \\
+        --json bench/results/h200_dense_head.json
 
 The table: 262144 x 1024 (``--vocab``, ``--hidden``), bf16, random weights. Each call is
 captured in a CUDA graph and replayed (median us per call). ``agree`` is the share of
@@ -17,21 +18,17 @@ Prints a JSON line per row count, then a table.
 ``--hidden 5376`` (31B) or ``--hidden 2560`` (E4B) times the same heads at a target's
 logits shape, at the rows a verify pass scores ((k+1) x c): how much of a speculative
 step's extra time the target's logits could give back to a greedy-verify GEMM + argmax
-(``h200_session.sh`` VERIFY_HEADS=1).
+(``remote_gpu_session.sh`` VERIFY_HEADS=1).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SOFTCAP = 30.0  # Gemma 4's final_logit_softcapping
 
@@ -52,8 +49,8 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-    from heads_gpu import time_graph  # type: ignore[import-not-found]
 
+    from bench.micro.timing import time_graph
     from vllm_frozen_kv_mtp.kernels.dense_head import DenseHead, dense_top_tokens, quantize_rows_fp8
 
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -1,6 +1,6 @@
-"""bench/h200_session.sh's plan, dry: which steps, GPUs and flags each env runs.
+"""bench/remote_gpu_session.sh's plan, dry: which steps, GPUs and flags each env runs.
 
-A GPU session has 30 device-minutes; a plan that runs the wrong steps wastes one. The
+GPU time is scarce; a plan that runs the wrong steps wastes it. The
 script's ``dry`` command runs the real plan with ``python`` and ``nvidia-smi`` replaced
 by shell functions that log their arguments.
 """
@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "h200_session.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "remote_gpu_session.sh"
 PLAN_ENV = (
     "E4B",
     "E4B_METHODS",
@@ -33,26 +32,26 @@ PLAN_ENV = (
     "RUN",
     "LATE_S",
     "B31_METHODS",
-    "H200_DIR",
-    "H200_DRY_DIR",
+    "SESSION_DIR",
+    "SESSION_DRY_DIR",
     "PROFILE_MODEL",
     "ATTN_SHAPES",
     "DENSE",
     "VERIFY_HEADS",
     "V1_TESTS",
-    "H200_ESTIMATE",
+    "SESSION_ESTIMATE",
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 
 def dry_output(**env: str) -> str:
-    """``dry``'s whole output under ``env`` (no time estimate unless H200_ESTIMATE=1)."""
+    """``dry``'s whole output under ``env`` (no time estimate unless SESSION_ESTIMATE=1)."""
     base = {k: v for k, v in os.environ.items() if k not in PLAN_ENV}
     return subprocess.run(
         ["bash", str(SCRIPT), "dry"],
         cwd=SCRIPT.parents[1],
-        env={**base, "H200_ESTIMATE": "0", **env},
+        env={**base, "SESSION_ESTIMATE": "0", **env},
         capture_output=True,
         text=True,
         timeout=180,
@@ -67,16 +66,16 @@ def dry(**env: str) -> list[str]:
 
 #: (text in a logged call, step name; "{runner}" = v1 under VLLM_USE_V2_MODEL_RUNNER=0)
 STEP_MARKERS = (
-    ("heads_gpu.py", "heads"),
-    ("attn_gpu.py", "attn"),
-    ("dense_head_gpu.py --hidden", "verify head"),
-    ("logits_gemm_gpu.py", "logits gemm"),
-    ("dense_head_gpu.py", "dense"),
+    ("bench.micro.heads_gpu", "heads"),
+    ("bench.micro.attn_gpu", "attn"),
+    ("bench.micro.dense_head_gpu --hidden", "verify head"),
+    ("bench.micro.logits_gemm_gpu", "logits gemm"),
+    ("bench.micro.dense_head_gpu", "dense"),
     ("--models E4B", "E4B {runner}"),
     ("--models 31B", "31B"),
     ("test_gpu_tp2.py -q", "tp2"),
     ("pytest tests/gpu", "tests {runner}"),
-    ("profile_draft_gpu.py", "profile"),
+    ("bench.micro.profile_draft_gpu", "profile"),
     (" report ", "report"),
 )
 
@@ -140,7 +139,7 @@ def test_e4b_args_runners_and_profiles() -> None:
 def test_attn_recommendation_fills_the_method(recommend: str, methods: str) -> None:
     lines = dry(
         ATTN="1",
-        H200_DRY_ATTN=recommend,
+        SESSION_DRY_ATTN=recommend,
         HEADS="0",
         TESTS="",
         BENCH_31B="0",
@@ -188,14 +187,14 @@ def test_v1_tests_take_a_selection() -> None:
 
 
 def test_two_gpus_split_lanes() -> None:
-    lines = dry(H200_GPUS="2", HEADS="0")
+    lines = dry(SESSION_GPUS="2", HEADS="0")
     assert sorted(steps(lines)) == sorted(
         ["E4B v2", "tests v1", "31B", "tests v2", "tp2", "report"]
     )
     by_step = dict(zip(steps(lines), lines, strict=True))
     assert by_step["E4B v2"].startswith("gpu0 ")
     assert by_step["31B"].startswith("gpu1 ")
-    assert steps(dry(H200_GPUS="2", HEADS="0", TESTS="", TP2="0", BENCH_31B="0")) == [
+    assert steps(dry(SESSION_GPUS="2", HEADS="0", TESTS="", TP2="0", BENCH_31B="0")) == [
         "E4B v2",
         "report",
     ]
@@ -219,16 +218,16 @@ def test_reset_lets_a_second_plan_wait_and_keeps_rows(tmp_path: Path) -> None:
     subprocess.run(
         ["bash", str(SCRIPT), "reset"],
         cwd=SCRIPT.parents[1],
-        env={**env, "H200_DIR": str(tmp_path)},
+        env={**env, "SESSION_DIR": str(tmp_path)},
         check=True,
         timeout=30,
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench_31B.log", "h200_31B.jsonl"]
     # The E4B plan skips 31B: the 31B log stays; a skipped step without a log gets one.
-    lines = dry(BENCH_31B="0", TESTS="", HEADS="0", H200_DRY_DIR=str(tmp_path))
+    lines = dry(BENCH_31B="0", TESTS="", HEADS="0", SESSION_DRY_DIR=str(tmp_path))
     assert steps(lines) == ["E4B v2", "report"]
     assert (tmp_path / "bench_31B.log").read_text() == "31B engine log\n"
-    dry(E4B="0", BENCH_31B="0", TESTS="", HEADS="0", H200_DRY_DIR=str(tmp_path))
+    dry(E4B="0", BENCH_31B="0", TESTS="", HEADS="0", SESSION_DRY_DIR=str(tmp_path))
     assert (tmp_path / "bench_E4B.log").read_text() == "skipped\n"
 
 
@@ -261,17 +260,16 @@ def test_reset_lets_a_second_plan_wait_and_keeps_rows(tmp_path: Path) -> None:
 def test_dry_estimates_measured_plans(env: dict[str, str], measured_s: int) -> None:
     """``dry`` ends with the plan's estimated wall time, within 10% of what the same
     plan took on the H200."""
-    last = dry_output(H200_ESTIMATE="1", **env).splitlines()[-1]
+    last = dry_output(SESSION_ESTIMATE="1", **env).splitlines()[-1]
     assert last.startswith("estimated: "), last
     estimated = int(last.split()[1])
     assert abs(estimated - measured_s) <= 0.1 * measured_s, (estimated, measured_s, last)
 
 
 def test_plan_estimate_counts_each_step() -> None:
-    sys.path.insert(0, str(SCRIPT.parent))
-    from plan_estimate import METHOD_S, TEST_S, TESTS_BASE_S, count_gpu_tests, step_seconds
+    from bench.plan_estimate import METHOD_S, TEST_S, TESTS_BASE_S, count_gpu_tests, step_seconds
 
-    bench = "python bench/bench_gpu.py all --models 31B --methods none,mtp --concurrency 1,32"
+    bench = "python -m bench.gpu all --models 31B --methods none,mtp --concurrency 1,32"
     bench += " --ttft 1024"
     one = step_seconds(bench.replace("none,mtp", "mtp"))
     assert one > METHOD_S and step_seconds(bench) == 2 * one  # per method
@@ -282,4 +280,4 @@ def test_plan_estimate_counts_each_step() -> None:
     # pytest's own collection: a -k that matches nothing selects 0 tests
     assert count_gpu_tests(tests) >= 1
     assert count_gpu_tests(tests.replace("-k split", "-k no_such_test")) == 0
-    assert step_seconds("python bench/bench_gpu.py report x.jsonl") == 0
+    assert step_seconds("python -m bench.gpu report x.jsonl") == 0

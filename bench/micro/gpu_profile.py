@@ -1,7 +1,7 @@
 """Where a decode step's (or a TTFT request's) time goes, under the real compiled,
 CUDA-graph engine: summed GPU kernel time next to wall time, the top kernels, and
 the CUDA runtime calls the host waited in (a ``cudaStreamSynchronize`` there is a
-host sync). Used by ``bench_gpu.py --profile-at`` / ``--profile-ttft``.
+host sync). Used by ``bench.gpu --profile-at`` / ``--profile-ttft``.
 
 Kernels launched from CUDA-graph replays are reported by CUPTI like any other, so
 the kernel sum of a step is its GPU busy time; wall time well above it means the GPU
@@ -33,7 +33,7 @@ def _activities() -> list[Any]:
 def summarize(prof: Any, units: float, top: int = 40, top_runtime: int = 15) -> dict[str, Any]:
     """Kernel and runtime-call totals of ``prof``, per ``units`` (steps or requests).
     ``top_kernels`` rows are [name, ms per unit, launches per unit]: long enough (40)
-    that ``bench_gpu.py report`` can set a method's kernels against none's."""
+    that ``bench.gpu report`` can set a method's kernels against none's."""
     from torch.autograd import DeviceType
 
     kernels: dict[str, list[float]] = {}  # name -> [ms, launches]

@@ -3,7 +3,7 @@ scores: which cuBLAS kernel ``F.linear`` picks for [rows, hidden] x [262144, hid
 how long it takes, and how long the rest of vLLM's logits path takes over those rows
 (Gemma 4's soft-cap as three bf16 passes, the rejection sampler's fp32 copy, argmax).
 
-    python bench/logits_gemm_gpu.py --hidden 2560 --rows 128,512 --json out.json
+    python -m bench.micro.logits_gemm_gpu --hidden 2560 --rows 128,512 --json out.json
 
 Why: kernel profiles of speculative steps (runs I, L31) show GEMMs that only the verify
 pass runs long (31B c=32: a 1.30 ms ``96x64 ... TNN`` kernel where none's 32-row logits
@@ -22,20 +22,16 @@ vLLM's three ops (``softcap1``, ``vllm_frozen_kv_mtp/kernels/softcap_kernel.py``
 ``equal`` says whether a variant's logits are bitwise those of ``linear``; a variant that
 is not could still move a greedy pick on a near-tie, so only an equal one can replace
 vLLM's GEMM without a new losslessness argument. Each call is captured in a CUDA graph
-and replayed (median us per call, ``heads_gpu.time_graph``).
+and replayed (median us per call, ``bench.micro.timing.time_graph``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SOFTCAP = 30.0  # Gemma 4's final_logit_softcapping
 
@@ -43,7 +39,8 @@ SOFTCAP = 30.0  # Gemma 4's final_logit_softcapping
 def kernel_names(fn: Callable[[Any], Any], h: Any) -> list[list[Any]]:
     """[name, us] of the CUDA kernels one eager ``fn(h)`` launches, longest first."""
     import torch
-    from gpu_profile import summarize  # type: ignore[import-not-found]
+
+    from bench.micro.gpu_profile import summarize
 
     fn(h)
     torch.cuda.synchronize()
@@ -65,7 +62,8 @@ def main() -> None:
 
     import torch
     import torch.nn.functional as F
-    from heads_gpu import time_graph  # type: ignore[import-not-found]
+
+    from bench.micro.timing import time_graph
 
     g = torch.Generator(device="cuda").manual_seed(0)
     weight = torch.randn(args.vocab, args.hidden, device="cuda", generator=g)

@@ -1,8 +1,8 @@
 """GPU benchmark: none vs upstream `mtp` vs `frozen_kv_mtp` on real Gemma 4 shapes (dummy weights).
 
-    python bench/bench_gpu.py run --model E4B --method frozen_kv_mtp --out bench/results/h200.jsonl
-    python bench/bench_gpu.py all --models E4B --out bench/results/h200.jsonl   # all 3 methods
-    python bench/bench_gpu.py report bench/results/h200.jsonl --json bench/results/h200.json
+    python -m bench.gpu run --model E4B --method frozen_kv_mtp --out bench/results/h200.jsonl
+    python -m bench.gpu all --models E4B --out bench/results/h200.jsonl   # all 3 methods
+    python -m bench.gpu report bench/results/h200.jsonl --json bench/results/h200.json
 
 One engine per process (in-process engine core, `VLLM_ENABLE_V1_MULTIPROCESSING=0`).
 Weights are random (`load_format="dummy"`), so drafts are ~never accepted: what is
@@ -30,11 +30,8 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_profile import StepCounter, StepWindowProfiler, profile_call  # noqa: E402
+from bench.micro.gpu_profile import StepCounter, StepWindowProfiler, profile_call
 
 METHODS = ("none", "mtp", "frozen_kv_mtp")
 FIELDS = (
@@ -620,7 +617,8 @@ def main() -> None:
     elif args.cmd == "all":
         for model in args.models.split(","):
             for method in args.methods.split(","):
-                cmd = [sys.executable, __file__, "run", "--model", model, "--method", method]
+                cmd = [sys.executable, "-m", "bench.gpu", "run"]
+                cmd += ["--model", model, "--method", method]
                 for flag in (
                     "k",
                     "tp",

@@ -1,14 +1,14 @@
 """Per-step cost of each centroid head on CUDA, alone (no engine): E2B/E4B assistant head
 shape (256 wide, 262144 tokens, 2048 centroids, top 32), random bf16 weights.
 
-    python bench/heads_gpu.py --rows 1,8,32,128 --json bench/results/h200_heads.json
+    python -m bench.micro.heads_gpu --rows 1,8,32,128 --json bench/results/h200_heads.json
 
 For each head and row count it captures one head call in a CUDA graph (as the draft
 round does), replays it, and prints the median microseconds per call, plus how often
 each head's pick equals upstream's (Model Runner V2's default: centroid-masked
 full-vocabulary logits, then argmax). Heads: upstream, sparse, dense, fused.
 
-    python bench/heads_gpu.py --sweep 64x4,128x4,128x4:torch
+    python -m bench.micro.heads_gpu --sweep 64x4,128x4,128x4:torch
 
 also times the fused head's per-centroid kernel at other launch shapes (hidden-dim
 chunk x warps; the default is centroid_kernel.BEST_KERNEL_BLOCK_D x BEST_KERNEL_WARPS),
@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.micro.timing import time_graph
 
 HEADS = ("upstream", "sparse", "dense", "fused")
 
@@ -55,31 +53,6 @@ def head_fn(model: Any, head: str) -> Any:
     if head == "upstream":
         return lambda h: Gemma4MTP.compute_logits(model, h).argmax(dim=-1)
     return lambda h: top_tokens(model, h, head)
-
-
-def time_graph(fn: Any, h: Any, replays: int) -> tuple[float, Any]:
-    """Median microseconds per replay of a graph holding one ``fn(h)``, and its output."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):  # warm-up: Triton JIT, cuBLAS handles
-            fn(h)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn(h)
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(1000 * start.elapsed_time(end) / replays)
-    return statistics.median(times), out.clone()
 
 
 def launch_shapes(text: str) -> list[tuple[int, int, str]]:

@@ -1,6 +1,6 @@
 """CPU benchmark: no speculation vs upstream `mtp` vs `frozen_kv_mtp`, one run, same pair.
 
-    python bench/bench_cpu.py --out bench/results/cpu.json          # (= make bench-cpu)
+    python -m bench.cpu --out bench/results/cpu.json          # (= make bench-cpu)
 
 Each method runs in its own subprocess (a fresh in-process engine), on the same
 prompts, greedy. The engines of one round are alive together and take turns: every
@@ -27,10 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from vllm_frozen_kv_mtp.demo import resolve_pair, tiny_llm  # noqa: E402
-from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS  # noqa: E402
+from vllm_frozen_kv_mtp.demo import resolve_pair, tiny_llm
+from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS
 
 METHODS = ("none", "mtp", "frozen_kv_mtp")
 
@@ -104,7 +102,7 @@ class Engine:
 
     def __init__(self, method: str) -> None:
         self.method = method
-        cmd = [sys.executable, __file__, "--method", method] + sys.argv[1:]
+        cmd = [sys.executable, "-m", "bench.cpu", "--method", method] + sys.argv[1:]
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
@@ -290,7 +288,7 @@ def main() -> None:
         "prompts": len(PROMPTS),
         "repeats": args.repeats,
         "rounds": args.rounds,
-        "command": "python bench/bench_cpu.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.cpu " + " ".join(sys.argv[1:]),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     slim = [

@@ -1,17 +1,18 @@
-"""One-off GPU probe: which prompts differ from no speculation, for mtp and frozen_kv_mtp."""
+"""One-off GPU probe: which prompts differ from no speculation, for mtp and frozen_kv_mtp.
+
+python -m bench.micro.gpu_parity_probe     # from the repository root (imports tests/)
+"""
 
 import os
-import sys
-
-sys.path.insert(0, os.getcwd())
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-import vllm_frozen_kv_mtp  # noqa: E402
-
-vllm_frozen_kv_mtp.register()
-from tests.utils.engine import PROMPTS, engine, outputs  # noqa: E402
 
 if __name__ == "__main__":
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vLLM is imported
+    import vllm_frozen_kv_mtp
+
+    vllm_frozen_kv_mtp.register()
     from vllm import SamplingParams
+
+    from tests.utils.engine import PROMPTS, engine, outputs
 
     t, a = "models/tiny-gemma4-fp32", "models/tiny-gemma4-fp32-assistant"
     kw = dict(

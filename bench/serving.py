@@ -1,7 +1,7 @@
 """Serving benchmark on 127.0.0.1: the same seeded load (with client aborts) against vLLM's
 OpenAI server without speculation and with frozen_kv_mtp, one server at a time.
 
-    .venv/bin/python bench/bench_serving.py --pairs fp32 fp32-oracle \
+    .venv/bin/python -m bench.serving --pairs fp32 fp32-oracle \
         --requests 200 --concurrency 32 --out bench/results/serving.json
 
 Prints a JSON document and a Markdown table: latency p50/p90, TTFT p50, output tokens/s,
@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from vllm_frozen_kv_mtp.fixtures.build import ensure_pair
+from vllm_frozen_kv_mtp.serving import client, load
+from vllm_frozen_kv_mtp.serving.openai_server import start_server
 
-from vllm_frozen_kv_mtp.fixtures.build import ensure_pair  # noqa: E402
-from vllm_frozen_kv_mtp.serving import client, load  # noqa: E402
-from vllm_frozen_kv_mtp.serving.openai_server import start_server  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CHAT_TEMPLATE = str(REPO / "configs" / "tiny-chat-template.jinja")
 

@@ -1,13 +1,13 @@
 """Kernel breakdown of one draft round on CUDA, for E4B-shaped dummy weights.
 
-    python bench/profile_draft_gpu.py --method frozen_kv_mtp --concurrency 32
-    python bench/profile_draft_gpu.py --method frozen_kv_mtp --concurrency 32 --mode graphs
+    python -m bench.micro.profile_draft_gpu --method frozen_kv_mtp --concurrency 32
+    python -m bench.micro.profile_draft_gpu --method frozen_kv_mtp --concurrency 32 --mode graphs
 
 Prints JSON (kernels per round, summed kernel time per round, host ms per round) and
 the top kernels. ``eager`` (default) shows every kernel as the drafter's own modules
 launch it; ``graphs`` profiles the round as it runs in production (torch.compile,
 CUDA-graph replay: CUPTI still reports each kernel). Compare the summed kernel time
-with bench_gpu.py's draft-round time to see whether a round is launch- or work-bound.
+with bench.gpu's draft-round time to see whether a round is launch- or work-bound.
 """
 
 from __future__ import annotations
@@ -17,13 +17,10 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:
@@ -37,11 +34,9 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_gpu import random_prompts, shape_engine  # type: ignore[import-not-found]
     from vllm import SamplingParams
 
+    from bench.gpu import random_prompts, shape_engine
     from vllm_frozen_kv_mtp.instrument import drafter
 
     llm, _ = shape_engine(

@@ -1,0 +1,1 @@
+"""Benchmarks of the plugin; run each as a module from the repository root (python -m bench.cpu)."""
