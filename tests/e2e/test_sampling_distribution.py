@@ -1,16 +1,21 @@
-"""With temperature > 0, frozen_kv_mtp + vLLM's RejectionSampler keep the target distribution.
+"""With temperature > 0 (and top-k / top-p), frozen_kv_mtp + vLLM's RejectionSampler keep
+the target distribution.
 
 The oracle target's next-token logits depend only on the current token (all
 attention/MLP branches write zero), so the exact distribution of every generated
-token is computable: P[t] = softmax(logits(t) / T), token 1 ~ P[last prompt token],
-token 2 ~ p1 @ P, token 3 ~ p1 @ P @ P. Tokens 2 and 3 are verified drafts (the
-oracle drafter proposes the target's greedy token, one-hot, so acceptance
-probability is P[d]); a chi-square test compares their empirical frequencies with
-the exact marginals. The same test is shown to reject a biased sampler that always
-accepts the draft.
+token is computable: P[t] = the truncated, renormalised softmax(logits(t) / T) that
+vLLM samples from, token 1 ~ P[last prompt token], token 2 ~ p1 @ P, token 3 ~ p1 @ P @ P.
+Tokens 2 and 3 are verified drafts (the oracle drafter proposes the target's greedy
+token, one-hot, so acceptance probability is P[d]); a chi-square test compares their
+empirical frequencies with the exact marginals. The same test is shown to reject a
+biased sampler that always accepts the draft, and one that ignores top-k / top-p.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,23 +30,67 @@ TEMPERATURE = 1.5
 N = 1500
 ALPHA = 1e-3
 PROMPT = "def forward(self, x):"
+#: sampling settings on top of TEMPERATURE; each cuts real mass off the oracle's rows
+SETTINGS: dict[str, dict[str, Any]] = {
+    "temperature": {},
+    "top_k": {"top_k": 8},
+    "top_p": {"top_p": 0.8},
+    "top_k_top_p": {"top_k": 20, "top_p": 0.7},
+}
 
 
-def _transition(target: str) -> np.ndarray:
-    """P[t] over next tokens at TEMPERATURE for every current token t (exact, HF fp32)."""
+@functools.cache
+def oracle_logits(target: str) -> np.ndarray:
+    """logits[t]: the oracle target's next-token logits after current token t (HF fp32)."""
     from transformers import Gemma4ForCausalLM
 
     model = Gemma4ForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     vocab = model.config.vocab_size
     with torch.no_grad():
         logits = model(input_ids=torch.arange(vocab)[:, None]).logits[:, -1].double()
-    return torch.softmax(logits / TEMPERATURE, dim=-1).numpy()
+    return logits.numpy()
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def truncated_probs(
+    logits: np.ndarray,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    slack: float = 0.0,
+) -> np.ndarray:
+    """Row-wise distribution vLLM samples from (``apply_top_k_top_p_pytorch``): logits / T;
+    drop logits below the k-th largest; then drop the least likely tokens whose total
+    mass is <= 1 - top_p (the most likely one always stays); renormalise. ``slack``
+    widens both cuts, for support checks that must tolerate fp32 rounding."""
+    x = logits / temperature
+    order = np.argsort(x, axis=-1, kind="stable")  # ascending, as vLLM sorts
+    xs = np.take_along_axis(x, order, axis=-1)
+    vocab = x.shape[-1]
+    if 0 < top_k < vocab:
+        kth = xs[:, vocab - top_k][:, None]
+        xs = np.where(xs < kth - slack, -np.inf, xs)
+    if top_p < 1.0:
+        cum = np.cumsum(_softmax(xs), axis=-1)
+        drop = cum <= 1 - top_p - slack
+        drop[:, -1] = False
+        xs = np.where(drop, -np.inf, xs)
+    out = np.empty_like(xs)
+    np.put_along_axis(out, order, xs, axis=-1)
+    return _softmax(out)
 
 
 def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) -> float:
-    """Pearson chi-square goodness of fit; cells with small expectation are pooled."""
+    """Pearson chi-square goodness of fit; cells with small expectation are pooled.
+    Counts in zero-probability cells make the fit fail (p = 0)."""
     from scipy.stats import chisquare
 
+    if counts[probs == 0].sum() > 0:
+        return 0.0
     expected = probs * counts.sum()
     big = expected >= min_expected
     obs = np.append(counts[big], counts[~big].sum())
@@ -52,11 +101,13 @@ def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float
     return float(chisquare(obs, exp).pvalue)
 
 
-def test_chi_square_has_power_against_an_always_accept_sampler() -> None:
-    """Same N and alpha: exact samples pass, 'always accept the draft' samples fail."""
+def test_chi_square_has_power_against_biased_samplers() -> None:
+    """Same N and alpha: exact samples pass; 'always accept the draft' samples fail, and
+    so do samples that ignore top-k / top-p (what garbage expanded values give)."""
     target, _ = pair("fp32-oracle")
-    P = _transition(target)
+    logits = oracle_logits(target)
     rng = np.random.default_rng(0)
+    P = truncated_probs(logits, TEMPERATURE)
     p1 = P[7]
     true_p2 = p1 @ P
     greedy = P.argmax(-1)
@@ -65,27 +116,41 @@ def test_chi_square_has_power_against_an_always_accept_sampler() -> None:
     biased = rng.multinomial(N, biased_p2)
     assert chi_square_pvalue(honest, true_p2) > ALPHA
     assert chi_square_pvalue(biased, true_p2) < 1e-12
+    for name, setting in SETTINGS.items():
+        if not setting:
+            continue
+        Pt = truncated_probs(logits, TEMPERATURE, **setting)
+        truncated_p2 = Pt[7] @ Pt
+        assert chi_square_pvalue(rng.multinomial(N, truncated_p2), truncated_p2) > ALPHA, name
+        untruncated = rng.multinomial(N, Pt[7] @ P)  # verification ignored the setting
+        assert chi_square_pvalue(untruncated, truncated_p2) < 1e-12, name
 
 
-def test_verified_tokens_follow_the_target_distribution() -> None:
-    from vllm import SamplingParams
-
+@pytest.fixture(scope="module")
+def spec_llm() -> Iterator[Any]:
     target, assistant = pair("fp32-oracle")
-    P = _transition(target)
     spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 2}
     with engine(target, spec, max_num_seqs=64) as llm:
-        from transformers import AutoTokenizer
+        yield llm
 
-        last = AutoTokenizer.from_pretrained(target)(PROMPT).input_ids[-1]
-        params = [
-            SamplingParams(temperature=TEMPERATURE, max_tokens=3, seed=i, ignore_eos=True)
-            for i in range(N)
-        ]
-        outs = llm.generate([PROMPT] * N, params, use_tqdm=False)
-        metrics = spec_metrics(llm)
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_verified_tokens_follow_the_target_distribution(spec_llm: Any, setting: str) -> None:
+    from vllm import SamplingParams
+
+    target, _ = pair("fp32-oracle")
+    kw = SETTINGS[setting]
+    P = truncated_probs(oracle_logits(target), TEMPERATURE, **kw)
+    before = spec_metrics(spec_llm)
+    params = [
+        SamplingParams(temperature=TEMPERATURE, max_tokens=3, seed=i, ignore_eos=True, **kw)
+        for i in range(N)
+    ]
+    outs = spec_llm.generate([PROMPT] * N, params, use_tqdm=False)
+    after = spec_metrics(spec_llm)
     tokens = np.array([list(o.outputs[0].token_ids) for o in outs])
     assert tokens.shape == (N, 3)
-    p1 = P[last]
+    p1 = P[outs[0].prompt_token_ids[-1]]
     p2 = p1 @ P
     p3 = p2 @ P
     vocab = P.shape[0]
@@ -95,5 +160,9 @@ def test_verified_tokens_follow_the_target_distribution() -> None:
     ]
     assert all(p > ALPHA for p in pvalues), pvalues
     # Non-vacuous: drafts were verified, and both accepted and rejected ones occurred.
-    assert metrics["num_drafts"] >= N
-    assert 0 < metrics["num_accepted_tokens"] < metrics["num_draft_tokens"]
+    drafts, accepted, drafted = (
+        after[key] - before.get(key, 0)
+        for key in ("num_drafts", "num_accepted_tokens", "num_draft_tokens")
+    )
+    assert drafts >= N
+    assert 0 < accepted < drafted

