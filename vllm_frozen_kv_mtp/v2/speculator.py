@@ -19,10 +19,14 @@ from typing import Any
 
 import torch
 from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
 from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
 from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
+    SpeculatorBatchDescriptor,
+)
 
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
@@ -113,6 +117,11 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         self.last_token_indices.zero_()
         self.idx_mapping.zero_()
         self.on_multi_step_decode_begin(self.max_num_reqs)
+        if (
+            self.supports_decode_metadata_update
+            and self.speculative_config.uses_dynamic_speculative_decoding()
+        ):
+            self._specialize_capture_descs()
         self.decode_cudagraph_manager.capture(
             self._round_fn(),
             self.model_state,
@@ -121,10 +130,34 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
             self.attn_groups,
             self.kv_cache_config,
             progress_bar_desc="Capturing frozen-KV draft round CUDA graphs",
-            specialize_spec_tokens=self.supports_decode_metadata_update
-            and self.speculative_config.uses_dynamic_speculative_decoding(),
         )
         self.on_multi_step_decode_end(self.max_num_reqs)
+
+    def _specialize_capture_descs(self) -> None:
+        """One whole-round graph per (batch bucket, k) for every k > 0 the schedule holds.
+
+        Mirrors ``SpeculatorCudaGraphManager.capture(specialize_spec_tokens=True)``
+        (vllm/v1/worker/gpu/spec_decode/target_dependent_ar/cudagraph_utils.py), which
+        leaves k = 1 out: upstream's k = 1 round has no decode step. Here the seed step
+        is a decode step, so k = 1 gets its graph too.
+        """
+        manager = self.decode_cudagraph_manager
+        assert manager is not None
+        dense = build_dynamic_sd_schedule_lookup(
+            self.speculative_config.num_speculative_tokens_per_batch_size,
+            vllm_max_batch_size=manager.max_num_reqs,
+            vllm_num_speculative_tokens=self.vllm_config.num_speculative_tokens,
+        )
+        ks = sorted(set(dense[1:]) - {0}, reverse=True)
+        manager._capture_descs = {
+            mode: [
+                SpeculatorBatchDescriptor(**vars(desc), num_speculative_tokens=k)
+                for desc in descs
+                for k in ks
+            ]
+            for mode, descs in manager._capture_descs.items()
+        }
+        logger.info("frozen_kv_mtp: draft round CUDA graphs for k in %s", sorted(ks))
 
     def _round_fn(self) -> Any:
         return (
@@ -196,6 +229,9 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         num_reqs = input_batch.num_reqs
         k = self.num_speculative_steps if num_speculative_tokens is None else num_speculative_tokens
         if k == 0:
+            # The scheduler chose no drafts: no drafter KV to keep in sync, so no round.
+            if not dummy_run:
+                self.frozen_stats.skipped_rounds += 1
             self.draft_tokens[:num_reqs].fill_(-1)
             return self.draft_tokens[:num_reqs]
         self._copy_request_inputs(
@@ -242,7 +278,10 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
             dp_sync_state=batch_sync,
         )
         if self.decode_cudagraph_manager is not None:  # None while memory is profiled
+            wanted_full = batch_desc.cg_mode == CUDAGraphMode.FULL
             batch_desc = self.decode_cudagraph_manager.specialize_spec_tokens(batch_desc, k)
+            if wanted_full and batch_desc.cg_mode != CUDAGraphMode.FULL and not dummy_run:
+                self.frozen_stats.graph_misses += 1  # no graph for this k: eager round
         tokens_across_dp = batch_sync.num_tokens_across_dp if batch_sync is not None else None
 
         before = self._kv_checksum() if self.frozen_options.kv_guard else None
@@ -263,6 +302,7 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         self.on_multi_step_decode_end(num_reqs)
         if not dummy_run:
             self.frozen_stats.rounds += 1
+            self.frozen_stats.count_round(k)
             self.frozen_stats.seed_rows += num_reqs
             self.frozen_stats.forwards += k
             self.frozen_stats.metadata_builds += 1

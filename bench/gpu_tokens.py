@@ -1,0 +1,432 @@
+"""Decode tokens/s at realistic acceptance: none vs upstream `mtp` vs `frozen_kv_mtp` (static k,
+vLLM's schedule, and "auto"), on real Gemma 4 shapes with dummy weights (GPU).
+
+    python -m bench.gpu_tokens all --model E4B --out bench/results/h200_tokens.jsonl
+    python -m bench.gpu_tokens report bench/results/h200_tokens.jsonl \
+        --json bench/results/h200_tokens.json
+
+Acceptance comes from vLLM's ``rejection_sample_method="synthetic"``: drafts are
+accepted at the given unconditional per-position rates whatever the weights, so
+tokens/s is what real traffic with that acceptance would get. Profiles (cut to the
+k that runs): code (AL 5.37 at k = 7), chat, prose.
+
+One engine per process and per engine kind (``--engine``):
+  none            no speculation
+  mtp:K           upstream mtp, static k = K (the configs' k is 4)
+  mtp:sweep       upstream mtp under a dynamic schedule over 0..k_max; each row pins k
+                  for the whole run (vLLM's own per-step lookup), to find its best k per c
+  frozen:sweep    frozen_kv_mtp with num_speculative_tokens="auto" (one CUDA graph per
+                  batch bucket and k); rows pin k = 1..k_max as above, plus "auto" rows
+                  where the goodput policy chooses, plus rows under a batch-size schedule
+  frozen:K:OPT=V  frozen_kv_mtp static k = K with plugin options (e.g. target_softcap=vllm)
+Synthetic rates are set in place between profiles (the rejection sampler's rate
+tensor), so one engine serves every profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+PROFILES: dict[str, list[float]] = {
+    "code": [0.90, 0.80, 0.70, 0.60, 0.52, 0.45, 0.40],
+    "chat": [0.84, 0.60, 0.39, 0.27, 0.18, 0.12, 0.08],
+    "prose": [0.45, 0.20, 0.09, 0.04, 0.02, 0.01, 0.0],
+}
+#: a batch-size schedule of the kind vLLM's docs suggest: deep drafts when the batch
+#: is small, none at saturation
+SCHEDULE = [[1, 4, 5], [5, 16, 4], [17, 64, 2], [65, 128, 1], [129, 4096, 0]]
+FIELDS = (
+    "model",
+    "method",
+    "k",
+    "concurrency",
+    "profile",
+    "decode_tok_s",
+    "mean_acceptance_length",
+    "step_ms",
+    "vllm_version",
+)
+
+
+def conditional(rates: list[float]) -> list[float]:
+    """Unconditional per-position rates -> the conditional ones vLLM's sampler draws."""
+    out, prev = [], 1.0
+    for a in rates:
+        out.append(a / prev if prev > 0 else 0.0)
+        prev = a
+    return out
+
+
+class Engine:
+    """One in-process engine and the handles a run needs."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import vllm
+
+        import vllm_frozen_kv_mtp
+
+        vllm_frozen_kv_mtp.register()  # the plugin may not be pip-installed on the host
+        from vllm import LLM
+
+        from vllm_frozen_kv_mtp.config import graph_capture_schedule
+        from vllm_frozen_kv_mtp.fixtures.dummy import fill_dummy_token_ordering
+        from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
+
+        self.kind = args.engine
+        self.vllm_version = vllm.__version__
+        conc = [int(c) for c in args.concurrency.split(",")]
+        self.max_seqs = max(conc)
+        name, _, rest = self.kind.partition(":")
+        k_text, _, opts_text = rest.partition(":")
+        synthetic = not args.no_synthetic
+        if args.target:
+            target, assistant = args.target, args.assistant
+        else:
+            fill_dummy_token_ordering()
+            target, assistant = map(str, ensure_shape_pair(args.model, args.shapes))
+        spec: dict[str, Any] | None = None
+        self.sweep = k_text == "sweep"
+        self.k_max = args.k_max if self.sweep else (int(k_text) if k_text else 0)
+        if name != "none":
+            spec = {"model": assistant}
+            if name == "mtp":
+                spec["method"] = "mtp"
+                spec["num_speculative_tokens"] = self.k_max
+                if self.sweep:
+                    spec["num_speculative_tokens_per_batch_size"] = graph_capture_schedule(
+                        self.k_max
+                    )
+            else:
+                spec["method"] = "frozen_kv_mtp"
+                if self.sweep:
+                    spec["num_speculative_tokens"] = "auto"
+                    spec["max_num_speculative_tokens"] = self.k_max
+                else:
+                    spec["num_speculative_tokens"] = self.k_max
+                for item in filter(None, opts_text.split("/")):
+                    key, _, value = item.partition("=")
+                    spec[key] = value
+            if synthetic:
+                spec["rejection_sample_method"] = "synthetic"
+                spec["synthetic_acceptance_rates"] = PROFILES["chat"][: self.k_max]
+        self.method = {"none": "none", "mtp": "mtp"}.get(name, "frozen_kv_mtp")
+        self.options = opts_text
+        kw: dict[str, Any] = {}
+        if args.mode == "graphs":
+            # Only the sizes the runs use: c x (k + 1) tokens for every k a row can take.
+            sizes = sorted({c * (k + 1) for c in conc for k in range(self.k_max + 1)})
+            kw["compilation_config"] = {
+                "mode": 0,
+                "cudagraph_mode": "FULL_AND_PIECEWISE",
+                "cudagraph_capture_sizes": sizes,
+            }
+        else:
+            kw["enforce_eager"] = True
+        t0 = time.time()
+        self.llm = LLM(
+            model=target,
+            dtype=args.dtype,
+            seed=0,
+            load_format="dummy" if not args.target else "auto",
+            skip_tokenizer_init=not args.target,
+            disable_log_stats=False,
+            speculative_config=spec,
+            max_model_len=args.prompt_len + args.tokens + 64,
+            max_num_seqs=self.max_seqs,
+            gpu_memory_utilization=args.mem,
+            **kw,
+        )
+        self.load_s = time.time() - t0
+        self.core = self.llm.llm_engine.engine_core.engine_core
+        self.scheduler = self.core.scheduler
+        self.own_lookup = getattr(self.scheduler, "dynamic_sd_lookup", None)
+        self.steps = 0
+        original = self.scheduler.update_from_output
+
+        def counted(*a: Any, **k: Any) -> Any:
+            self.steps += 1
+            return original(*a, **k)
+
+        self.scheduler.update_from_output = counted
+        self.synthetic = synthetic and spec is not None
+        cfg = self.llm.llm_engine.vllm_config
+        self.runner = "v2" if cfg.use_v2_model_runner else "v1"
+        self.async_ = bool(cfg.scheduler_config.async_scheduling)
+        self.vocab = cfg.model_config.get_vocab_size()
+
+    # ---- per-run settings -------------------------------------------------------
+
+    def set_profile(self, profile: str) -> None:
+        if not self.synthetic:
+            return
+        import torch
+
+        from vllm_frozen_kv_mtp.instrument import model_runner
+
+        rs = model_runner(self.llm).rejection_sampler
+        rates = conditional(PROFILES[profile][: self.k_max])
+        rs.synthetic_conditional_rates.copy_(torch.tensor(rates, dtype=torch.float32))
+        policy = getattr(self.scheduler, "k_policy", None)
+        if policy is not None:  # new traffic: forget the old acceptance, keep step costs
+            from vllm_frozen_kv_mtp.scheduling.k_policy import AcceptanceEstimate
+
+            policy.acceptance = AcceptanceEstimate(policy.settings)
+
+    def set_k(self, k: int | str) -> None:
+        """Pin k for every step (an int), vLLM's batch-size SCHEDULE, or "auto"."""
+        if not self.sweep:
+            return
+        from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+        if k == "auto":
+            self.scheduler.dynamic_sd_lookup = self.own_lookup
+        elif k == "schedule":
+            self.scheduler.dynamic_sd_lookup = build_dynamic_sd_schedule_lookup(
+                SCHEDULE, self.max_seqs, self.k_max
+            )
+        else:
+            self.scheduler.dynamic_sd_lookup = [int(k)] * (self.max_seqs + 1)
+
+    def spec_counts(self) -> tuple[int, int]:
+        from vllm_frozen_kv_mtp.instrument import spec_metrics
+
+        m = spec_metrics(self.llm)
+        return int(m.get("num_drafts", 0) or 0), int(m.get("num_accepted_tokens", 0) or 0)
+
+
+def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    eng = Engine(args)
+    rng = random.Random(0)
+
+    def params(n: int) -> Any:
+        return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
+
+    settings: list[int | str] = [0]
+    if eng.sweep:
+        settings = [*range(1, eng.k_max + 1)]
+        if eng.method == "frozen_kv_mtp":
+            settings += [x for x in ("auto", "schedule") if x in args.policies.split(",")]
+    elif eng.method != "none":
+        settings = [eng.k_max]
+    profiles = args.profiles.split(",") if eng.method != "none" else ["-"]
+    rows: list[dict[str, Any]] = []
+    n_prompt = args.prompt_len
+    for c in [int(x) for x in args.concurrency.split(",")]:
+        batch = [
+            TokensPrompt(prompt_token_ids=[rng.randrange(10, eng.vocab) for _ in range(n_prompt)])
+            for _ in range(c)
+        ]
+        eng.llm.generate(batch, params(args.tokens), use_tqdm=False)  # warm-up
+        t = time.perf_counter()
+        eng.llm.generate(batch, params(1), use_tqdm=False)
+        prefill = time.perf_counter() - t
+        for profile in profiles:
+            if profile != "-":
+                eng.set_profile(profile)
+            for setting in settings:
+                eng.set_k(setting)
+                policy = getattr(eng.scheduler, "k_policy", None)
+                if setting == "auto":
+                    # the policy learns this traffic first, as a serving engine would have
+                    eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
+                chosen0 = dict(policy.chosen) if policy is not None else {}
+                samples = []
+                for _ in range(args.repeats):
+                    d0, a0 = eng.spec_counts()
+                    s0 = eng.steps
+                    t = time.perf_counter()
+                    eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
+                    decode = max(time.perf_counter() - t - prefill, 1e-9)
+                    d1, a1 = eng.spec_counts()
+                    steps = max(eng.steps - s0 - 1, 1)
+                    samples.append((decode, steps, d1 - d0, a1 - a0))
+                decode, steps, drafts, accepted = sorted(samples)[len(samples) // 2]
+                row: dict[str, Any] = {
+                    "model": args.model,
+                    "method": eng.method
+                    + (":auto" if setting == "auto" else "")
+                    + (":schedule" if setting == "schedule" else ""),
+                    "k": eng.k_max if isinstance(setting, str) else setting,
+                    "concurrency": c,
+                    "profile": profile,
+                    "decode_tok_s": round(c * (args.tokens - 1) / decode, 1),
+                    "mean_acceptance_length": round(1 + accepted / drafts, 3) if drafts else 1.0,
+                    "step_ms": round(1000 * decode / steps, 3),
+                    "vllm_version": eng.vllm_version,
+                    "engine": eng.kind,
+                    "pinned": eng.sweep and isinstance(setting, int),
+                    "options": eng.options,
+                    "runner": eng.runner,
+                    "async": eng.async_,
+                    "mode": args.mode,
+                    "tp": 1,
+                    "tokens": args.tokens,
+                    "prompt_len": args.prompt_len,
+                    "load_s": round(eng.load_s, 1),
+                    "decode_s_samples": [round(s[0], 4) for s in samples],
+                }
+                if policy is not None and setting == "auto":
+                    counts = {k: n - chosen0.get(k, 0) for k, n in sorted(policy.chosen.items())}
+                    counts = {k: n for k, n in counts.items() if n}
+                    row["k_counts"] = counts
+                    total = sum(counts.values()) or 1
+                    row["mean_k"] = round(sum(k * n for k, n in counts.items()) / total, 2)
+                stats = getattr(_drafter(eng), "frozen_stats", None)
+                if stats is not None:
+                    row["graph_misses"] = stats.graph_misses
+                print("ROW", json.dumps(row), flush=True)
+                rows.append(row)
+                with open(args.out, "a") as f:  # row by row: a run cut short keeps its rows
+                    f.write(json.dumps(row) + "\n")
+        eng.set_k("auto")
+    return rows
+
+
+def _drafter(eng: Engine) -> Any:
+    from vllm_frozen_kv_mtp.instrument import drafter
+
+    return drafter(eng.llm)
+
+
+# ---- the report ------------------------------------------------------------------
+
+
+def best_static(rows: list[dict[str, Any]], method: str) -> dict[tuple[str, str, int], Any]:
+    """(model, profile, c) -> the row of ``method``'s best pinned k."""
+    best: dict[tuple[str, str, int], Any] = {}
+    for r in rows:
+        if r["method"] != method or not r.get("pinned"):
+            continue
+        key = (r["model"], r["profile"], r["concurrency"])
+        if key not in best or r["decode_tok_s"] > best[key]["decode_tok_s"]:
+            best[key] = r
+    return best
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    none = {(r["model"], r["concurrency"]): r for r in rows if r["method"] == "none"}
+    mtp4 = {
+        (r["model"], r["profile"], r["concurrency"]): r
+        for r in rows
+        if r["method"] == "mtp" and not r.get("pinned") and r["k"] == 4
+    }
+    auto = {
+        (r["model"], r["profile"], r["concurrency"]): r
+        for r in rows
+        if r["method"] == "frozen_kv_mtp:auto"
+    }
+    sched = {
+        (r["model"], r["profile"], r["concurrency"]): r
+        for r in rows
+        if r["method"] == "frozen_kv_mtp:schedule"
+    }
+    best_f = best_static(rows, "frozen_kv_mtp")
+    best_m = best_static(rows, "mtp")
+    out = [
+        "| model | profile | c | none | mtp k=4 | mtp best k | frozen best k | frozen schedule "
+        "| frozen auto (mean k) | auto / none | auto / best frozen | auto / mtp k=4 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(r: Any, k: bool = False) -> str:
+        if r is None:
+            return "-"
+        text = f"{r['decode_tok_s']:.0f}"
+        return text + (f" (k={r['k']})" if k else "")
+
+    def ratio(a: Any, b: Any) -> str:
+        return f"{a['decode_tok_s'] / b['decode_tok_s']:.2f}" if a and b else "-"
+
+    for key in sorted(auto, key=lambda x: (x[0], x[1], x[2])):
+        model, profile, c = key
+        a, n = auto[key], none.get((model, c))
+        mean_k = a.get("mean_k", "?")
+        out.append(
+            f"| {model} | {profile} | {c} | {cell(n)} | {cell(mtp4.get(key))} | "
+            f"{cell(best_m.get(key), True)} | {cell(best_f.get(key), True)} | "
+            f"{cell(sched.get(key))} | {a['decode_tok_s']:.0f} ({mean_k}) | {ratio(a, n)} | "
+            f"{ratio(a, best_f.get(key))} | {ratio(a, mtp4.get(key))} |"
+        )
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "all"):
+        p = sub.add_parser(name)
+        if name == "run":
+            p.add_argument(
+                "--engine",
+                required=True,
+                help="none, mtp:4, mtp:sweep, frozen:sweep or frozen:4:target_softcap=vllm",
+            )
+        else:
+            p.add_argument(
+                "--engines", default="none,mtp:4,mtp:sweep,frozen:sweep", help="comma-separated"
+            )
+        p.add_argument("--model", default="E4B")
+        p.add_argument("--k-max", type=int, default=7)
+        p.add_argument("--concurrency", default="1,8,32,128,256")
+        p.add_argument("--profiles", default="code,chat,prose")
+        p.add_argument(
+            "--policies", default="auto,schedule", help="frozen:sweep rows besides pinned k"
+        )
+        p.add_argument("--prompt-len", type=int, default=128)
+        p.add_argument("--tokens", type=int, default=128)
+        p.add_argument("--repeats", type=int, default=1, help="timed runs per row (median)")
+        p.add_argument("--mode", choices=["graphs", "eager"], default="graphs")
+        p.add_argument("--dtype", default="bfloat16")
+        p.add_argument("--mem", type=float, default=0.85)
+        p.add_argument("--shapes", default="models/shapes")
+        p.add_argument("--out", default="bench/results/h200_tokens.jsonl")
+        p.add_argument("--timeout", type=int, default=540, help="seconds per engine (all)")
+        # local smoke runs: a real small pair on the CPU, no synthetic acceptance
+        p.add_argument("--target", help="a local target dir instead of the dummy shape")
+        p.add_argument("--assistant", help="its assistant")
+        p.add_argument("--no-synthetic", action="store_true")
+    rp = sub.add_parser("report")
+    rp.add_argument("jsonl", help="rows: JSON lines, or a JSON list")
+    rp.add_argument("--json", help="also write the rows as a JSON list here")
+    args = ap.parse_args()
+    if args.cmd == "run":
+        run_engine(args)
+    elif args.cmd == "all":
+        flags = list(sys.argv[2:])
+        i = flags.index("--engines") if "--engines" in flags else -1
+        if i >= 0:
+            del flags[i : i + 2]
+        for engine in args.engines.split(","):
+            cmd = [sys.executable, "-m", "bench.gpu_tokens", "run", "--engine", engine, *flags]
+            print("+", " ".join(cmd), flush=True)
+            try:
+                subprocess.run(cmd, check=False, timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                print(f"engine {engine} ran past {args.timeout} s", flush=True)
+    else:
+        text = Path(args.jsonl).read_text()
+        rows = (
+            json.loads(text)
+            if text.lstrip().startswith("[")
+            else [json.loads(line) for line in text.splitlines() if line]
+        )
+        print(report(rows))
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
