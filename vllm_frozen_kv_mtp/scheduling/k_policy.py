@@ -48,9 +48,12 @@ class PolicySettings:
     min_dwell_steps: int = 4
     #: at k = 0, schedule one round of drafts every this many steps
     probe_interval: int = 32
-    #: every this many steps, hold a neighbour of the best k for a few steps so its
-    #: cost is measured (0 turns exploration off)
-    explore_interval: int = 64
+    #: every this many steps, hold a neighbour of the best k for a few steps if its
+    #: cost was never measured or is stale (0 turns exploration off)
+    explore_interval: int = 128
+    #: a cost sample older than this many steps is stale: the step cost moves with the
+    #: traffic (tokens committed per step cost host time too)
+    stale_after_steps: int = 1024
 
     def __post_init__(self) -> None:
         if self.k_max < 1:
@@ -114,6 +117,9 @@ class StepCost:
         self.s = settings
         self.seconds: dict[tuple[int, int], float] = {}
         self.samples: Counter[tuple[int, int]] = Counter()
+        #: the policy step of each key's latest sample
+        self.last_seen: dict[tuple[int, int], int] = {}
+        self.now = 0
 
     def observe(self, batch_size: int, k: int, seconds: float) -> None:
         key = (bucket(batch_size), k)
@@ -123,6 +129,14 @@ class StepCost:
         a = self.s.cost_alpha
         self.seconds[key] = seconds if old is None else (1 - a) * old + a * seconds
         self.samples[key] += 1
+        self.last_seen[key] = self.now
+
+    def needs_sample(self, batch_size: int, k: int) -> bool:
+        """Never measured well enough, or measured long ago."""
+        key = (bucket(batch_size), k)
+        if self.samples[key] < 3:
+            return True
+        return self.now - self.last_seen.get(key, 0) > self.s.stale_after_steps
 
     def known(self, batch_size: int) -> dict[int, float]:
         b = bucket(batch_size)
@@ -165,6 +179,7 @@ class GoodputPolicy:
     _held: int = 0
     _explore_left: int = 0
     _explore_k: int = 0
+    _probing: bool = False
 
     def __post_init__(self) -> None:
         self.acceptance = AcceptanceEstimate(self.settings)
@@ -199,6 +214,7 @@ class GoodputPolicy:
     def choose(self, batch_size: int) -> int:
         """k for a step that schedules ``batch_size`` requests (called once per step)."""
         self.steps += 1
+        self.cost.now = self.steps
         self.acceptance.decay()
         k = self._decide(batch_size)
         if k != self.current:
@@ -214,14 +230,20 @@ class GoodputPolicy:
         if self._explore_left > 0:
             self._explore_left -= 1
             return self._explore_k
+        if self._probing:  # one round of drafts was enough to see acceptance again
+            self._probing = False
+            return 0
         if self.current == 0 and self.steps % s.probe_interval == 0:
+            self._probing = True
             return max(1, min(s.k_max, self._probe_k()))
         if self._held < s.min_dwell_steps:
             return self.current
         best = self.best(batch_size)
         if s.explore_interval and self.steps % s.explore_interval == 0 and best > 0:
-            neighbour = self._unmeasured_neighbour(batch_size, best)
+            neighbour = self._neighbour_to_measure(batch_size, best)
             if neighbour is not None:
+                # the first step after a switch is mixed (verifies the old k): hold the
+                # neighbour long enough for clean samples
                 self._explore_k, self._explore_left = neighbour, s.min_dwell_steps - 1
                 return neighbour
         if best == self.current:
@@ -237,9 +259,9 @@ class GoodputPolicy:
         """At k = 0: draft deep enough to see the positions that could pay off."""
         return max(2, self.acceptance.observed_positions())
 
-    def _unmeasured_neighbour(self, batch_size: int, best: int) -> int | None:
+    def _neighbour_to_measure(self, batch_size: int, best: int) -> int | None:
         for k in (best + 1, best - 1):
-            if 0 < k <= self.settings.k_max and self.cost.samples[(bucket(batch_size), k)] < 3:
+            if 0 <= k <= self.settings.k_max and self.cost.needs_sample(batch_size, k):
                 return k
         return None
 

@@ -1,0 +1,159 @@
+"""The goodput policy behind num_speculative_tokens="auto" (pure logic, simulated engine).
+
+A small simulator stands in for the engine: each step costs ``cost[k]`` seconds and
+each request's drafts are accepted at unconditional per-position rates, exactly what
+the scheduler feeds the policy. The policy must find the k that maximises committed
+tokens per second, hold it, probe at k = 0, and follow the traffic when it changes.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from vllm_frozen_kv_mtp.scheduling.k_policy import (
+    AcceptanceEstimate,
+    GoodputPolicy,
+    PolicySettings,
+    StepCost,
+    bucket,
+)
+
+CODE = [0.90, 0.80, 0.70, 0.60, 0.52, 0.45, 0.40]
+PROSE = [0.45, 0.20, 0.09, 0.04, 0.02, 0.01, 0.0]
+
+
+def accepted(rates: list[float], k: int, rng: random.Random) -> int:
+    """Accepted drafts of one request under unconditional per-position rates."""
+    n, prev = 0, 1.0
+    for i in range(k):
+        if prev <= 0 or rng.random() >= rates[i] / prev:
+            break
+        prev = rates[i]
+        n += 1
+    return n
+
+
+def simulate(
+    policy: GoodputPolicy,
+    rates: list[float],
+    cost: dict[int, float],
+    steps: int,
+    batch: int = 8,
+    seed: int = 0,
+) -> list[int]:
+    rng = random.Random(seed)
+    ks = []
+    for _ in range(steps):
+        k = policy.choose(batch)
+        ks.append(k)
+        policy.observe_step(batch, k, cost[k])
+        for _ in range(batch):
+            if k:
+                policy.observe_verify(k, accepted(rates, k, rng))
+    return ks
+
+
+def linear_cost(base: float, per_draft: float, k_max: int = 7) -> dict[int, float]:
+    return {k: base + per_draft * k for k in range(k_max + 1)}
+
+
+def goodput(rates: list[float], cost: dict[int, float], k: int) -> float:
+    return (1 + sum(rates[:k])) / cost[k]
+
+
+def best_k(rates: list[float], cost: dict[int, float]) -> int:
+    return max(cost, key=lambda k: goodput(rates, cost, k))
+
+
+@pytest.mark.parametrize(
+    "rates, cost",
+    [
+        (CODE, linear_cost(5.0, 0.3)),  # cheap drafts, high acceptance: deep
+        (PROSE, linear_cost(11.0, 2.5)),  # saturated batch, low acceptance: shallow
+        ([0.0] * 7, linear_cost(5.0, 0.5)),  # nothing accepted: no drafts
+        ([1.0] * 7, linear_cost(5.0, 1.0)),  # everything accepted: k_max
+    ],
+)
+def test_settles_within_3_percent_of_the_best_k(rates: list[float], cost: dict[int, float]) -> None:
+    policy = GoodputPolicy(PolicySettings(k_max=7))
+    ks = simulate(policy, rates, cost, steps=1500)
+    tail = ks[-500:]
+    achieved = sum(1 + sum(rates[:k]) for k in tail) / sum(cost[k] for k in tail)
+    assert achieved >= 0.97 * goodput(rates, cost, best_k(rates, cost)), policy.summary()
+
+
+def test_does_not_flap_between_near_equal_choices() -> None:
+    # k = 2 and k = 3 within 1% of each other: hysteresis keeps one of them
+    rates = [0.6, 0.3, 0.15, 0.0, 0.0, 0.0, 0.0]
+    cost = {0: 5.0, 1: 6.0, 2: 7.0, 3: 7.8, 4: 9.0, 5: 10.0, 6: 11.0, 7: 12.0}
+    policy = GoodputPolicy(PolicySettings(k_max=7))
+    ks = simulate(policy, rates, cost, steps=2000)
+    tail = ks[-1000:]
+    changes = sum(1 for a, b in zip(tail, tail[1:], strict=False) if a != b)
+    assert changes <= 40, (changes, policy.summary())
+
+
+def test_probes_at_k0_and_comes_back_when_acceptance_returns() -> None:
+    policy = GoodputPolicy(PolicySettings(k_max=5))
+    cost = linear_cost(5.0, 0.5, k_max=5)
+    ks = simulate(policy, [0.0] * 5, cost, steps=600)
+    tail = ks[-300:]
+    assert tail.count(0) >= 0.9 * len(tail)
+    assert any(k > 0 for k in tail), "k = 0 must probe now and then"
+    # the traffic changes: drafts are accepted again; probes see it
+    ks = simulate(policy, [0.95, 0.9, 0.85, 0.8, 0.75], cost, steps=600, seed=1)
+    assert ks[-200:].count(5) >= 0.9 * 200, policy.summary()
+
+
+def test_follows_a_change_of_traffic() -> None:
+    policy = GoodputPolicy(PolicySettings(k_max=7))
+    cost = linear_cost(8.0, 1.2)
+    for rates, seed in ((CODE, 0), (PROSE, 2), (CODE, 3)):
+        ks = simulate(policy, rates, cost, steps=800, seed=seed)
+        tail = ks[-200:]
+        achieved = sum(1 + sum(rates[:k]) for k in tail) / sum(cost[k] for k in tail)
+        assert achieved >= 0.97 * goodput(rates, cost, best_k(rates, cost)), policy.summary()
+
+
+def test_stale_costs_are_measured_again() -> None:
+    settings = PolicySettings(k_max=3, stale_after_steps=100, explore_interval=16)
+    cost = StepCost(settings)
+    cost.now = 0
+    for _ in range(5):
+        cost.observe(8, 2, 0.01)
+    assert not cost.needs_sample(8, 2)
+    cost.now = 500
+    assert cost.needs_sample(8, 2)
+    assert cost.needs_sample(8, 1)  # never measured
+
+
+def test_cost_extrapolates_from_measured_k_and_ignores_idle_gaps() -> None:
+    cost = StepCost(PolicySettings(k_max=7))
+    assert cost.estimate(8, 3) is None
+    cost.observe(8, 1, 0.010)
+    one = cost.estimate(8, 5)
+    assert one is not None and one > 0.010  # one point: the prior slope
+    cost.observe(8, 3, 0.014)
+    est = cost.estimate(8, 5)
+    assert est is not None and abs(est - 0.018) < 1e-9  # two points: their line
+    cost.observe(8, 3, 10.0)  # an idle gap, not a step
+    assert cost.estimate(8, 3) == pytest.approx(0.014)
+    assert bucket(5) == bucket(8) == 8 and bucket(9) == 16 and bucket(1) == 1
+
+
+def test_acceptance_is_non_increasing_and_extrapolated() -> None:
+    est = AcceptanceEstimate(PolicySettings(k_max=4, prior_weight=0.0))
+    for _ in range(100):
+        est.observe(2, 2)
+        est.observe(2, 1)
+    a = est.rates()
+    assert a[0] == pytest.approx(1.0) and a[1] == pytest.approx(0.5)
+    assert a[2] == pytest.approx(0.25) and a[3] == pytest.approx(0.125)  # ratio carried on
+    assert all(x >= y for x, y in zip(a, a[1:], strict=False))
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError):
+        PolicySettings(k_max=0)
