@@ -54,8 +54,8 @@ def check_readonly_wiring(vllm_config: Any, draft_layer_names: Iterable[str]) ->
 def check_drafter_owns_no_kv(kv_cache_config: Any, draft_layer_names: Iterable[str]) -> None:
     """No KV cache tensor is allocated for a drafter layer alone."""
     draft = set(draft_layer_names)
-    for tensor in getattr(kv_cache_config, "kv_cache_tensors", []) or []:
-        owners = set(getattr(tensor, "shared_by", []) or [])
+    for tensor in kv_cache_config.kv_cache_tensors:
+        owners = set(tensor.layers)  # the layers placed in this allocation
         if owners and owners <= draft:
             raise ReadOnlyKVError(
                 f"frozen_kv_mtp: KV memory was allocated for drafter layers {sorted(owners)}"

@@ -83,7 +83,7 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
     "vllm.v1.worker.utils.AttentionGroup": ("kv_cache_spec", "metadata_builders", "layer_names"),
     "vllm.v1.kv_cache_interface.SlidingWindowSpec": ("sliding_window",),
     "vllm.v1.kv_cache_interface.KVCacheConfig": ("kv_cache_tensors",),
-    "vllm.v1.kv_cache_interface.KVCacheTensor": ("shared_by",),
+    "vllm.v1.kv_cache_interface.KVCacheTensor": ("layers",),
     "vllm.config.speculative.SpeculativeConfig": (
         "uses_dynamic_speculative_decoding", "use_gemma4_mtp", "method", "num_speculative_tokens",
     ),
@@ -387,11 +387,7 @@ def test_calls_of_vllm_functions_bind(src: VllmSource, modules: dict[str, ast.Mo
 
 #: attributes the plugin reads that vLLM no longer has (bugs to fix in the plugin); the
 #: test fails once vLLM has them again, so remove the entry when fixing
-KNOWN_GONE = {
-    "vllm.v1.kv_cache_interface.KVCacheTensor": "kv_readonly.check_drafter_owns_no_kv reads "
-    "KVCacheTensor.shared_by (now `layers`), through getattr with a default: the check "
-    "sees no owners and never fires",
-}
+KNOWN_GONE: dict[str, str] = {}
 
 
 def _object_attr_params() -> list[object]:
