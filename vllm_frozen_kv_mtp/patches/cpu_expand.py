@@ -33,7 +33,14 @@ def _patch_cpu_expand(mod: ModuleType) -> None:
         counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
         return torch.repeat_interleave(x, counts, output_size=num_tokens)
 
+    setattr(expand_batch_to_tokens, MARK, True)
+    setattr(mod, "expand_batch_to_tokens", expand_batch_to_tokens)  # noqa: B010
+
+
+def _patch_cpu_zero_row_constraints(mod: ModuleType) -> None:
     constraints = mod.apply_sampling_constraints
+    if getattr(constraints, MARK, False):
+        return
 
     @functools.wraps(constraints)
     def apply_sampling_constraints(logits: Any, cu_num_draft_tokens: Any, metadata: Any) -> Any:
@@ -43,6 +50,5 @@ def _patch_cpu_expand(mod: ModuleType) -> None:
             return logits
         return constraints(logits, cu_num_draft_tokens, metadata)
 
-    for fn in (expand_batch_to_tokens, apply_sampling_constraints):
-        setattr(fn, MARK, True)
-        setattr(mod, fn.__name__, fn)
+    setattr(apply_sampling_constraints, MARK, True)
+    setattr(mod, "apply_sampling_constraints", apply_sampling_constraints)  # noqa: B010
