@@ -47,25 +47,6 @@ FIELDS = (
 )
 
 
-def _fill_dummy_token_ordering() -> None:
-    """The dummy loader leaves integer buffers as garbage; the E2B/E4B centroid head
-    indexes the vocabulary with ``token_ordering``, so give it a permutation."""
-    import torch
-    from vllm.model_executor.model_loader.dummy_loader import DummyModelLoader
-
-    original = DummyModelLoader.load_weights
-
-    def load_weights(self: Any, model: Any, model_config: Any) -> None:
-        original(self, model, model_config)
-        for mod in model.modules():
-            t = getattr(mod, "token_ordering", None)
-            if isinstance(t, torch.Tensor) and not t.is_floating_point():
-                g = torch.Generator().manual_seed(0)
-                t.copy_(torch.randperm(t.numel(), generator=g).view_as(t).to(t.device))
-
-    DummyModelLoader.load_weights = load_weights
-
-
 class DraftTimer:
     """CUDA events around every draft round, resolved after the run, and the host
     time of each ``propose`` call."""
@@ -169,7 +150,7 @@ def shape_engine(
     import vllm_frozen_kv_mtp
 
     vllm_frozen_kv_mtp.register()  # not pip-installed on the GPU host
-    _fill_dummy_token_ordering()
+    fill_dummy_token_ordering()
     from vllm import LLM
 
     from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
