@@ -150,10 +150,12 @@ def shape_engine(
     import vllm_frozen_kv_mtp
 
     vllm_frozen_kv_mtp.register()  # not pip-installed on the GPU host
-    fill_dummy_token_ordering()
     from vllm import LLM
 
+    from vllm_frozen_kv_mtp.fixtures.dummy import fill_dummy_token_ordering
     from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
+
+    fill_dummy_token_ordering()
 
     target, assistant = ensure_shape_pair(model, shapes)
     name, options = parse_method(method)
