@@ -40,9 +40,16 @@ def _check_config(target: str, spec_json: str) -> int:
             print(hint, file=sys.stderr)
         return 2
     spec = cfg.speculative_config
+    options = cfg.additional_config.get("frozen_kv_mtp") or {}
+    policy = options.get("k_policy", "static")
+    k = spec.num_speculative_tokens
+    draft_length = {
+        "auto": f"k chosen each step in 0..{k} (auto)",
+        "schedule": f"k by batch size {spec.num_speculative_tokens_per_batch_size} (at most {k})",
+    }.get(policy, f"k={k}")
     print(
-        f"ok: method {spec.method} (frozen_kv_mtp), k={spec.num_speculative_tokens}, "
-        f"assistant {spec.model}; options {cfg.additional_config.get('frozen_kv_mtp')}"
+        f"ok: method {spec.method} (frozen_kv_mtp), {draft_length}, "
+        f"assistant {spec.model}; options {options}"
     )
     return 0
 
