@@ -16,13 +16,14 @@ export VLLM_NO_USAGE_STATS ?= 1
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: install demo test test-fast test-serving lint bench-cpu fixtures clean help check-vllm
+.PHONY: install demo test test-fast test-serving lint bench-cpu fixtures clean help check-vllm fuzz
 
 help:
 	@echo "make demo         run frozen_kv_mtp on a tiny Gemma 4 pair (CPU), next to no speculation"
 	@echo "make test         run the test suite (real vLLM engine on CPU)"
 	@echo "make test-fast    unit tests only (no engine)"
 	@echo "make test-serving OpenAI server and Ray Serve tests on loopback"
+	@echo "make fuzz         seeded request fuzzer against the OpenAI server (FUZZ_N=1000 FUZZ_SEED=0)"
 	@echo "make bench-cpu    CPU benchmark: none vs mtp vs frozen_kv_mtp -> bench/results/cpu.json"
 	@echo "make lint         ruff + mypy"
 	@echo "make check-vllm VLLM=0.33.0  the plugin's vLLM surface against that release's sources (no install)"
@@ -81,3 +82,14 @@ clean:
 VLLM ?= 0.33.0
 check-vllm: install
 	$(PY) -m tools.check_vllm $(VLLM)
+
+# Seeded random requests against the OpenAI server with frozen_kv_mtp (the committed trained
+# pair, loopback), greedy ones compared with a server without speculation; prints a JSON
+# summary and fails on an engine death, a 5xx, a mismatch or a KV cache left in use.
+FUZZ_N ?= 1000
+FUZZ_SEED ?= 0
+FUZZ_SECONDS ?= 1200
+FUZZ_CONCURRENCY ?= 8
+fuzz: install
+	$(PY) -m vllm_frozen_kv_mtp.serving.fuzz --n $(FUZZ_N) --seed $(FUZZ_SEED) \
+		--max-seconds $(FUZZ_SECONDS) --concurrency $(FUZZ_CONCURRENCY) $(if $(FUZZ_OUT),--out $(FUZZ_OUT))

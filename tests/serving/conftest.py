@@ -77,3 +77,28 @@ def servers(
     yield s
     leftovers = s.plain.stop() + s.spec.stop()
     assert not leftovers, f"processes outlived the {s.variant} servers: {leftovers}"
+
+
+@pytest.fixture(scope="module")
+def trained_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """The committed trained pair (drafts are often accepted, so sampled requests commit
+    several tokens per step), with and without frozen_kv_mtp."""
+    from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
+
+    target, assistant = (str(p) for p in trained_pair_paths())
+    log_dir = tmp_path_factory.mktemp("trained-servers")
+    common: dict[str, Any] = dict(chat_template=CHAT_TEMPLATE)
+    plain = start_server(target, log_path=log_dir / "trained-plain.log", **common)
+    spec = start_server(
+        target, log_path=log_dir / "trained-spec.log", spec=spec_config(assistant), **common
+    )
+    try:
+        for s in (plain, spec):
+            s.wait_ready(timeout=600)
+    except BaseException:
+        plain.stop(timeout=30)
+        spec.stop(timeout=30)
+        raise
+    yield Servers("trained", target, assistant, plain, spec)
+    leftovers = plain.stop() + spec.stop()
+    assert not leftovers, f"processes outlived the trained servers: {leftovers}"
