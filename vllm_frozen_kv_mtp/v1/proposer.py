@@ -11,7 +11,11 @@ tables, the recurrent draft loop and vLLM's ``RejectionSampler``. What changes:
 * the drafter is checked at load to read, and never own or write, target KV;
 * centroid heads work off CUDA (upstream captures CUDA graphs unconditionally);
 * drafter layers read an FP8 KV cache with the target layers' scales (upstream V1
-  leaves them at 1.0: vllm-project/vllm#41789, 0.2% acceptance).
+  leaves them at 1.0: vllm-project/vllm#41789, 0.2% acceptance);
+* with ``draft_sample_method="probabilistic"``, drafts are sampled from the
+  assistant's distribution after the request's temperature, top-k and top-p (vLLM's
+  draft sampler applies the temperature only); vLLM hands that q to the rejection
+  sampler. A centroid head's q is upstream's: 0 outside its candidate tokens.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import logging
 from typing import Any
 
 import torch
+from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p, random_sample
+from vllm.v1.sample.sampler import _SAMPLING_EPS
 from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
@@ -50,6 +56,34 @@ def _gather_rows(src: torch.Tensor, rows: torch.Tensor, dst: torch.Tensor) -> to
     return torch.index_select(src, 0, rows, out=dst)
 
 
+def truncate_like_target(logits: torch.Tensor, sampling_metadata: Any) -> None:
+    """Mask, in place, the draft logits that the request's top-k / top-p drop after its
+    temperature, as vLLM's sampler truncates the target's. Greedy rows keep their
+    argmax (both cuts keep the most likely token)."""
+    top_k, top_p = sampling_metadata.top_k, sampling_metadata.top_p
+    if top_k is None and top_p is None:
+        return
+    temperature = sampling_metadata.temperature
+    temperature = torch.where(temperature < _SAMPLING_EPS, 1.0, temperature)
+    kept = apply_top_k_top_p(logits / temperature.unsqueeze(1).to(logits.dtype), top_k, top_p)
+    logits.masked_fill_(kept.isneginf(), float("-inf"))
+
+
+def redraw_seeded_rows(
+    token_ids: torch.Tensor, probs: torch.Tensor, generators: dict[int, torch.Generator]
+) -> None:
+    """Redraw, in place, the drafts of seeded requests with their own generators: vLLM's
+    draft sampler uses the global RNG, which would make a seeded request's output
+    depend on the rest of its batch."""
+    for row, generator in generators.items():
+        token_ids[row] = random_sample(probs[row : row + 1].clone(), {0: generator})[0]
+
+
+def draft_probs_bytes(k: int, vocab_size: int) -> int:
+    """Bytes of one request's draft probabilities: k float32 rows over the vocabulary."""
+    return k * vocab_size * 4
+
+
 class FrozenKVMTPProposer(Gemma4Proposer):
     """Gemma 4 MTP drafting from one seed row per request over read-only target KV."""
 
@@ -65,6 +99,17 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         )
         self._round_attn_metadata: tuple[list[object], dict[str, object]] | None = None
         logger.info("frozen_kv_mtp: V1 proposer active (one seed row per request)")
+        if self._enable_probabilistic_draft_probs:
+            vocab = vllm_config.model_config.get_vocab_size()
+            per_req = draft_probs_bytes(self.num_speculative_tokens, vocab)
+            logger.info(
+                "frozen_kv_mtp: sampled drafts (draft_sample_method='probabilistic'): the "
+                "draft probabilities take k x vocab x 4 B = %.2f MiB per request, %.1f MiB "
+                "at max_num_seqs=%d, in steps with a sampled request",
+                per_req / 2**20,
+                per_req * self.max_batch_size / 2**20,
+                self.max_batch_size,
+            )
         # Options that tune Model Runner V2 only: (name, set by the user, what V1 does)
         v2_only = (
             ("centroid_head", options.centroid_head not in ("auto", "upstream"),
@@ -111,6 +156,20 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         if not self._centroids_sizes and getattr(self.model, "masked_embedding", None) is not None:
             return self.model.get_top_tokens(hidden_states)  # sparse centroid argmax
         return super()._greedy_sample(hidden_states)
+
+    def _sample_from_logits(
+        self, logits: torch.Tensor, sampling_metadata: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # vLLM samples drafts at the temperature only; a q truncated like the target's
+        # p overlaps it more (sum min(p, q) is the acceptance), and vLLM still verifies
+        # with exactly the q the draft was drawn from, so the output stays p's.
+        if not self._enable_probabilistic_draft_probs or sampling_metadata.all_greedy:
+            return super()._sample_from_logits(logits, sampling_metadata)
+        truncate_like_target(logits, sampling_metadata)
+        token_ids, probs = super()._sample_from_logits(logits, sampling_metadata)
+        if probs is not None and sampling_metadata.generators:
+            redraw_seeded_rows(token_ids, probs, sampling_metadata.generators)
+        return token_ids, probs
 
     # ---- one draft round --------------------------------------------------------
 

@@ -55,6 +55,16 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
     frozen_dense_head: DenseHead | None = None
 
     def __init__(self, vllm_config: Any, device: torch.device) -> None:
+        if vllm_config.speculative_config.draft_sample_method == "probabilistic":
+            from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+
+            # Before the parent allocates its max_num_reqs x k x vocab draft_logits.
+            raise FrozenKVMTPConfigError(
+                "draft_sample_method='probabilistic' is not supported on Model Runner V2 "
+                "yet: its whole-round draft graph draws greedy drafts only.",
+                "run the V1 runner (VLLM_USE_V2_MODEL_RUNNER=0), which samples drafts, "
+                "or remove draft_sample_method (greedy drafts; still lossless).",
+            )
         super().__init__(vllm_config, device)
         options = options_from_vllm_config(vllm_config)
         assert options is not None

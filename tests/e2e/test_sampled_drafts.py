@@ -1,0 +1,179 @@
+"""Sampled drafts (``draft_sample_method="probabilistic"``) on the real CPU engine, over a
+centroid head (the E2B/E4B assistants' kind).
+
+Greedy requests in a batch with sampled ones keep the output of no speculation; the
+centroid head's q is 0 outside the tokens its selected centroids hold, and every draft
+lies inside them; a seeded sampled request gives the same tokens alone and in a batch;
+the start-up log states the draft probabilities' memory. Model Runner V2 refuses sampled
+drafts when its drafter is built. That the target distribution is kept is
+tests/e2e/test_sampling_distribution.py's chi-square test.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import pair
+from tests.utils.engine import PROMPTS, drafter, engine, spec_metrics
+from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+
+pytestmark = pytest.mark.engine
+
+VARIANT = "fp32-centroid"
+K = 3
+MAX_TOKENS = 24
+#: Gemma 4's recommended sampling
+SAMPLED = dict(temperature=1.0, top_p=0.95, top_k=64)
+
+
+def _params(i: int, sampled: bool, seed: int | None = None) -> Any:
+    from vllm import SamplingParams
+
+    kw: dict[str, Any] = SAMPLED if sampled else {"temperature": 0.0}
+    return SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, seed=seed, **kw)
+
+
+def _mixed() -> list[Any]:
+    """Even indices greedy, odd ones sampled (unseeded: the global RNG)."""
+    return [_params(i, sampled=i % 2 == 1) for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def greedy_expected() -> list[list[int]]:
+    target, _ = pair(VARIANT)
+    with engine(target) as llm:
+        outs = llm.generate(PROMPTS[:8], _mixed(), use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+@pytest.fixture(scope="module")
+def startup_log() -> list[str]:
+    return []
+
+
+@pytest.fixture(scope="module")
+def sampled_llm(greedy_expected: list[list[int]], startup_log: list[str]) -> Iterator[Any]:
+    target, assistant = pair(VARIANT)
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": K,
+        "draft_sample_method": "probabilistic",
+    }
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            startup_log.append(record.getMessage())
+
+    log = logging.getLogger("vllm.frozen_kv_mtp")
+    handler = Keep(logging.INFO)
+    log.addHandler(handler)
+    try:
+        with engine(target, spec) as llm:
+            log.removeHandler(handler)
+            yield llm
+    finally:
+        log.removeHandler(handler)
+
+
+class DraftRecorder:
+    """Records every sampled draft step: its hidden rows, tokens and probabilities."""
+
+    def __init__(self, llm: Any) -> None:
+        self.d = drafter(llm)
+        self.steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def __enter__(self) -> DraftRecorder:
+        original = self.d._sample_draft_tokens
+
+        def record(hidden: torch.Tensor, sampling_metadata: Any) -> Any:
+            ids, probs = original(hidden, sampling_metadata)
+            if probs is not None:
+                self.steps.append((hidden.clone(), ids.clone(), probs.clone()))
+            return ids, probs
+
+        self.d._sample_draft_tokens = record
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.d._sample_draft_tokens
+
+
+def test_greedy_requests_in_a_mixed_batch_match_no_speculation(
+    sampled_llm: Any, greedy_expected: list[list[int]]
+) -> None:
+    before = spec_metrics(sampled_llm)
+    with DraftRecorder(sampled_llm) as rec:
+        outs = sampled_llm.generate(PROMPTS[:8], _mixed(), use_tqdm=False)
+    for i, o in enumerate(outs):
+        tokens = list(o.outputs[0].token_ids)
+        assert len(tokens) == MAX_TOKENS, (i, tokens)
+        if i % 2 == 0:
+            assert tokens == greedy_expected[i], i
+    # Non-vacuous: drafts were sampled (probabilities reached the rejection sampler's
+    # input) in this batch, and verified.
+    assert rec.steps
+    after = spec_metrics(sampled_llm)
+    assert after["num_accepted_tokens"] > before.get("num_accepted_tokens", 0)
+
+
+def test_centroid_q_is_zero_outside_the_selected_centroids(sampled_llm: Any) -> None:
+    params = [_params(i, sampled=True) for i in range(6)]
+    with DraftRecorder(sampled_llm) as rec:
+        sampled_llm.generate(PROMPTS[:6], params, use_tqdm=False)
+    assert rec.steps
+    model = rec.d.model
+    me = model.masked_embedding
+    assert me is not None and me.num_selected < me.vocab_size
+    widths = []
+    for hidden, ids, probs in rec.steps:
+        with torch.inference_mode():  # the recorded rows are inference tensors
+            _, candidates = me._select_and_score(hidden, model._get_full_lm_head_weight())
+        inside = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, candidates, True)
+        assert torch.all(probs[~inside] == 0)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(len(probs)))
+        assert torch.all(inside.gather(1, ids.view(-1, 1)))
+        widths.append(int((probs > 0).sum(-1).max()))
+    # Non-vacuous: q spread over several tokens (these drafts were sampled, not argmaxed).
+    assert max(widths) > 1, widths
+
+
+def test_seeded_sampled_request_gives_the_same_tokens_alone_and_in_a_batch(
+    sampled_llm: Any,
+) -> None:
+    """vLLM's draft sampler draws from the global RNG; the plugin redraws seeded
+    requests' drafts with their own generators, so a seed fixes the output."""
+    seeded = _params(0, sampled=True, seed=1234)
+    alone = sampled_llm.generate(PROMPTS[:1], [seeded], use_tqdm=False)
+    others = [_params(i, sampled=True) for i in range(1, 6)]
+    batch = sampled_llm.generate(PROMPTS[:6], [seeded, *others], use_tqdm=False)
+    assert list(alone[0].outputs[0].token_ids) == list(batch[0].outputs[0].token_ids)
+
+
+def test_startup_log_states_the_draft_probability_memory(startup_log: list[str]) -> None:
+    from vllm_frozen_kv_mtp.v1.proposer import draft_probs_bytes
+
+    per_request = draft_probs_bytes(K, 512) / 2**20  # the tiny pairs' vocabulary
+    lines = [m for m in startup_log if "draft probabilities take" in m]
+    assert lines, startup_log
+    assert f"{per_request:.2f} MiB per request" in lines[0], lines[0]
+
+
+def test_model_runner_v2_refuses_sampled_drafts_at_construction() -> None:
+    """Pure logic: the check runs before the parent builds anything."""
+    from vllm_frozen_kv_mtp.v2.speculator import FrozenKVMTPSpeculator
+
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(draft_sample_method="probabilistic")
+    )
+    speculator = object.__new__(FrozenKVMTPSpeculator)
+    with pytest.raises(FrozenKVMTPConfigError) as e:
+        FrozenKVMTPSpeculator.__init__(speculator, config, torch.device("cpu"))
+    assert "Model Runner V2" in str(e.value)
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in e.value.fix
