@@ -428,14 +428,11 @@ DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 
 
 def _check_draft_sample_method(cfg: dict[str, Any]) -> None:
-    """Validate draft_sample_method, defaulting it (in ``cfg``) to "probabilistic" on
-    CPU, where the runner is always V1 and sampled drafts were measured to accept more
-    at temperature > 0; elsewhere to "greedy" (Model Runner V2, the GPU default, drafts
-    greedily). Either way greedy requests get greedy drafts. Sampled drafts keep k x
-    vocab float32 probabilities per request for the rejection sampler (4 MiB at k=4
-    over Gemma 4's 262144 tokens)."""
-    if "draft_sample_method" not in cfg and cfg.get("rejection_sample_method") != "synthetic":
-        cfg["draft_sample_method"] = "probabilistic" if _on_cpu() else "greedy"
+    """Validate draft_sample_method. The default stays vLLM's "greedy" on every runner:
+    Model Runner V2 (the GPU default) drafts greedily inside its whole-round graph, and
+    a default that changed with the platform would make the V1/CPU runner behave unlike
+    it. "probabilistic" (V1 only) keeps k x vocab float32 probabilities per request for
+    the rejection sampler (4 MiB at k=4 over Gemma 4's 262144 tokens)."""
     method = cfg.get("draft_sample_method", "greedy")
     if method not in DRAFT_SAMPLE_METHODS:
         raise FrozenKVMTPConfigError(
