@@ -53,14 +53,7 @@ WRITTEN_FOR_PARENT = {
 }
 
 #: override gaps reviewed and accepted: (plugin method, problem text) -> why it is safe
-REVIEWED_OVERRIDES = {
-    (
-        f"{V2}.sample_draft",
-        "upstream parameter 'num_steps' is missing",
-    ): "0.33 adds num_steps=1 for the draft watermarker; only DFlash passes it, never the "
-    "TargetDependentAR loop that calls this override, and super() gets the default. "
-    "Accept and forward it when sample_draft is next edited",
-}
+REVIEWED_OVERRIDES: dict[tuple[str, str], str] = {}
 
 #: attributes and methods of vLLM objects the plugin is handed (not ``self``)
 OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
