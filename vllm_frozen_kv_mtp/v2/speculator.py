@@ -409,7 +409,7 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         draft_step: torch.Tensor,
         draft_logits: torch.Tensor | None,
         spec_step_idx: int = 0,
-        **kwargs: Any,  # vLLM 0.33 adds num_steps (draft watermarking); passed on as is
+        num_steps: int = 1,  # vLLM 0.33 (draft watermarking); 0.32's parent has none
     ) -> torch.Tensor:
         # Greedy drafts without the full-vocabulary logits tensor upstream builds just
         # to argmax it: from a centroid head (option centroid_head) or a dense one
@@ -451,7 +451,7 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
             draft_step,
             draft_logits,
             spec_step_idx,
-            **kwargs,
+            **({"num_steps": num_steps} if num_steps != 1 else {}),
         )
 
     def _kv_checksum(self) -> str:
