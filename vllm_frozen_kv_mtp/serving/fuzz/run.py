@@ -198,7 +198,9 @@ def _serve_pair(log_dir: Path, k: int) -> tuple[Any, Any, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m vllm_frozen_kv_mtp.serving.fuzz", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--n", type=int, default=100, help="number of requests")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--concurrency", type=int, default=8)
