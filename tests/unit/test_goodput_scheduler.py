@@ -1,0 +1,76 @@
+"""What the "auto" scheduler feeds its policy: clean step timings and verify counts.
+
+The mixin's hooks are called with vLLM's real ``SchedulerOutput`` shape (a stand-in
+object with the fields the hooks read); the engine-level behaviour is covered by
+tests/e2e/test_draft_length.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings, bucket
+from vllm_frozen_kv_mtp.scheduling.scheduler import _GoodputK, _PolicyLookup
+
+
+def _output(batch: int, verified: int, k: int, prefill_tokens: int = 0) -> Any:
+    ids = [f"r{i}" for i in range(batch)]
+    return SimpleNamespace(
+        num_scheduled_tokens={r: 1 + verified for r in ids},
+        scheduled_spec_decode_tokens={r: [-1] * verified for r in ids} if verified else {},
+        num_spec_tokens_to_schedule=k,
+        total_num_scheduled_tokens=batch * (1 + verified) + prefill_tokens,
+    )
+
+
+def _scheduler(last: float | None) -> Any:
+    return SimpleNamespace(k_policy=GoodputPolicy(PolicySettings(k_max=4)), _last_step_end=last)
+
+
+def test_clean_steps_are_timed_and_others_are_not() -> None:
+    s = _scheduler(last=10.0)
+    _GoodputK._time_step(s, _output(8, verified=3, k=3), now=10.02)
+    assert s.k_policy.cost.seconds == {(bucket(8), 3): pytest.approx(0.02)}
+    for so in (
+        _output(8, verified=3, k=2),  # k switched: the step mixes two costs
+        _output(8, verified=3, k=3, prefill_tokens=100),  # a prefill chunk rode along
+        _output(0, verified=0, k=3),  # nothing scheduled
+    ):
+        s._last_step_end = 11.0
+        _GoodputK._time_step(s, so, now=11.5)
+    assert s.k_policy.cost.samples[(bucket(8), 3)] == 1
+    assert (bucket(8), 2) not in s.k_policy.cost.seconds
+    idle = _scheduler(last=None)  # the engine waited for work: no step to time
+    _GoodputK._time_step(idle, _output(8, verified=3, k=3), now=99.0)
+    assert not idle.k_policy.cost.seconds
+
+
+def test_k0_steps_are_timed() -> None:
+    s = _scheduler(last=1.0)
+    _GoodputK._time_step(s, _output(4, verified=0, k=0), now=1.005)
+    assert s.k_policy.cost.seconds == {(bucket(4), 0): pytest.approx(0.005)}
+
+
+def test_verify_counts_exclude_grammar_invalid_drafts() -> None:
+    class Parent:
+        def make_spec_decoding_stats(self, *args: Any) -> str:
+            return "vllm's stats"
+
+    class Sched(_GoodputK, Parent):
+        def __init__(self) -> None:  # skip vLLM's constructor: only the hook is tested
+            self.k_policy = GoodputPolicy(PolicySettings(k_max=4, prior_weight=0.0))
+
+    s = Sched()
+    out = s.make_spec_decoding_stats(None, 4, 2, {"a": 1}, "a")
+    assert out == "vllm's stats"
+    assert s.k_policy.acceptance.drafted[1:] == [1.0, 1.0, 1.0, 0.0]
+    assert s.k_policy.acceptance.accepted[1:] == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_lookup_asks_the_policy_once_per_step() -> None:
+    policy = GoodputPolicy(PolicySettings(k_max=3))
+    lookup = _PolicyLookup(policy)
+    assert lookup[5] == 3 and policy.steps == 1  # optimistic start at the ceiling
