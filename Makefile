@@ -67,9 +67,9 @@ test-serving: install $(RAY_STAMP)
 	$(PY) -m pytest tests/serving -q -m serving --durations=15
 
 lint: install
-	$(VENV)/bin/ruff check vllm_frozen_kv_mtp tests bench
-	$(VENV)/bin/ruff format --check vllm_frozen_kv_mtp tests bench
-	$(VENV)/bin/mypy vllm_frozen_kv_mtp bench
+	$(VENV)/bin/ruff check vllm_frozen_kv_mtp tests bench tools
+	$(VENV)/bin/ruff format --check vllm_frozen_kv_mtp tests bench tools
+	$(VENV)/bin/mypy vllm_frozen_kv_mtp bench tools
 
 bench-cpu: install
 	$(PY) -m bench.cpu --models $(MODELS) --out bench/results/cpu.json
