@@ -57,8 +57,7 @@ BLOCK_N, BLOCK_K, MAX_BLOCK_M = 128, 64, 64
 #: the loaded table, and batches of up to FP8_WIDE_K_ROWS rows in hidden chunks of
 #: FP8_WIDE_K. On the H200 (31B head, us per call): FP8 117.3 vs the loaded
 #: table's 137.1 at 32 rows, but 267.5 vs 226.4 at 128; FP8 in 128-wide chunks 96.3 /
-#: 96.1 vs 110.6 / 111.7 at 1 / 8 rows, and no faster at 32. Run L31: 95.9 vs 100.9
-#: at 16 rows.
+#: 96.1 vs 110.6 / 111.7 at 1 / 8 rows, 95.9 vs 100.9 at 16 rows, and no faster at 32.
 FP8_MAX_ROWS, FP8_WIDE_K_ROWS, FP8_WIDE_K = 32, 16, 128
 
 
