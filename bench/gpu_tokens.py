@@ -58,15 +58,6 @@ FIELDS = (
 )
 
 
-def conditional(rates: list[float]) -> list[float]:
-    """Unconditional per-position rates -> the conditional ones vLLM's sampler draws."""
-    out, prev = [], 1.0
-    for a in rates:
-        out.append(a / prev if prev > 0 else 0.0)
-        prev = a
-    return out
-
-
 class Engine:
     """One in-process engine and the handles a run needs."""
 
@@ -170,11 +161,13 @@ class Engine:
         if not self.synthetic:
             return
         import torch
+        from vllm.v1.spec_decode.utils import unconditional_to_conditional_rates
 
         from vllm_frozen_kv_mtp.instrument import model_runner
 
         rs = model_runner(self.llm).rejection_sampler
-        rates = conditional(PROFILES[profile][: self.k_max])
+        # what vLLM's sampler computes from synthetic_acceptance_rates at start-up
+        rates = unconditional_to_conditional_rates(PROFILES[profile][: self.k_max])
         rs.synthetic_conditional_rates.copy_(torch.tensor(rates, dtype=torch.float32))
         policy = getattr(self.scheduler, "k_policy", None)
         if policy is not None:  # new traffic: forget the old acceptance, keep step costs

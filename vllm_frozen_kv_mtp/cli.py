@@ -39,14 +39,15 @@ def _check_config(target: str, spec_json: str) -> int:
         if hint:
             print(hint, file=sys.stderr)
         return 2
+    from vllm_frozen_kv_mtp.config import describe_draft_length
+
     spec = cfg.speculative_config
     options = cfg.additional_config.get("frozen_kv_mtp") or {}
-    policy = options.get("k_policy", "static")
-    k = spec.num_speculative_tokens
-    draft_length = {
-        "auto": f"k chosen each step in 0..{k} (auto)",
-        "schedule": f"k by batch size {spec.num_speculative_tokens_per_batch_size} (at most {k})",
-    }.get(policy, f"k={k}")
+    draft_length = describe_draft_length(
+        options.get("k_policy", "static"),
+        spec.num_speculative_tokens,
+        spec.num_speculative_tokens_per_batch_size,
+    )
     print(
         f"ok: method {spec.method} (frozen_kv_mtp), {draft_length}, "
         f"assistant {spec.model}; options {options}"

@@ -400,7 +400,7 @@ def translate_speculative_config(
         "frozen_kv_mtp: assistant %s, %s, target %s (drafting from one seed row per "
         "request over the target's read-only KV)",
         model,
-        _describe_policy(policy, k, schedule),
+        describe_draft_length(policy, k, schedule),
         getattr(target_model_config, "model", "?"),
     )
     return Translation(options=options, num_speculative_tokens=k)
@@ -553,7 +553,8 @@ def graph_capture_schedule(k_max: int) -> list[list[int]]:
     return [[i + 1, i + 1, k_max - i] for i in range(k_max + 1)]
 
 
-def _describe_policy(policy: str, k: int, schedule: list[list[int]] | None) -> str:
+def describe_draft_length(policy: str, k: int, schedule: Any) -> str:
+    """How k is chosen, in the words of the start-up log and ``check-config``."""
     if policy == AUTO_K:
         return f'k chosen each step in 0..{k} (num_speculative_tokens="auto")'
     if policy == "schedule":

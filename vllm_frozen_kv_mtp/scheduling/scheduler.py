@@ -41,9 +41,6 @@ class _PolicyLookup:
     def __getitem__(self, batch_size: int) -> int:
         return self.policy.choose(batch_size)
 
-    def __len__(self) -> int:  # vLLM never sizes it; keeps list-like code paths honest
-        return 1 << 30
-
 
 class _GoodputK:
     """Mixin over vLLM's ``Scheduler`` / ``AsyncScheduler``: k chosen per step."""
