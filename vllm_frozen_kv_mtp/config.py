@@ -42,11 +42,12 @@ PASSTHROUGH_KEYS = frozenset(
         "enforce_eager",
         # vLLM's batch-size k schedule: validated here, then vLLM's scheduler applies it
         "num_speculative_tokens_per_batch_size",
-        # benchmarks on dummy weights: vLLM accepts drafts at the given rates (GPU only)
+        # "standard"; "block" (block verification, Model Runner V2); "synthetic" for
+        # benchmarks on dummy weights (vLLM accepts drafts at the given rates; GPU only)
         "rejection_sample_method",
         "synthetic_acceptance_rates",
         "synthetic_acceptance_length",
-        # "greedy" or "probabilistic" (drafts sampled from the assistant; V1 runner only)
+        # "greedy" or "probabilistic" (drafts sampled from the assistant)
         "draft_sample_method",
     }
 )
@@ -57,8 +58,8 @@ AUTO_K = "auto"
 AUTO_DEFAULT_K_MAX = 7
 #: vLLM's scheduler_cls for "auto" (a supported vLLM extension point)
 AUTO_SCHEDULER_CLS = "vllm_frozen_kv_mtp.scheduling.scheduler.GoodputScheduler"
-#: rejection methods that work with frozen_kv_mtp, and why the others do not
-REJECTION_METHODS = ("standard", "synthetic")
+#: vLLM's rejection methods, all of which work with frozen_kv_mtp where vLLM runs them
+REJECTION_METHODS = ("standard", "synthetic", "block")
 
 #: vLLM keys we refuse, with the reason shown to the user
 UNSUPPORTED_KEYS = {
@@ -410,9 +411,9 @@ def _check_rejection_method(cfg: dict[str, Any]) -> None:
     method = cfg.get("rejection_sample_method", "standard")
     if method not in REJECTION_METHODS:
         raise FrozenKVMTPConfigError(
-            f"rejection_sample_method={method!r} is not supported with frozen_kv_mtp yet.",
-            'remove it (vLLM\'s lossless "standard" is the default) or use "synthetic" '
-            "for benchmarks on dummy weights.",
+            f"rejection_sample_method={method!r} is not one of {', '.join(REJECTION_METHODS)}.",
+            'remove it (vLLM\'s lossless "standard" is the default), use "block" (block '
+            'verification, Model Runner V2) or "synthetic" for benchmarks on dummy weights.',
         )
     if method == "synthetic" and _on_cpu():
         raise FrozenKVMTPConfigError(
@@ -421,6 +422,22 @@ def _check_rejection_method(cfg: dict[str, Any]) -> None:
             'CPU sampling").',
             "benchmark synthetic acceptance on a GPU, or drop rejection_sample_method on CPU.",
         )
+    if method == "block" and (_on_cpu() or _v1_runner_forced()):
+        raise FrozenKVMTPConfigError(
+            'rejection_sample_method="block" needs Model Runner V2: the V1 runner (also '
+            "vLLM's CPU runner) has no block verification and would verify with "
+            '"standard" without saying so.',
+            "run on a GPU with Model Runner V2 (the default; unset VLLM_USE_V2_MODEL_RUNNER=0), "
+            "or drop rejection_sample_method.",
+        )
+
+
+def _v1_runner_forced() -> bool:
+    """The user turned Model Runner V2 off (VLLM_USE_V2_MODEL_RUNNER=0). Where vLLM picks
+    the V1 runner by itself, the V1 proposer refuses V2-only options when it is built."""
+    import vllm.envs as envs
+
+    return envs.VLLM_USE_V2_MODEL_RUNNER is False
 
 
 #: values of draft_sample_method (vLLM's)
@@ -428,17 +445,17 @@ DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 
 
 def _check_draft_sample_method(cfg: dict[str, Any]) -> None:
-    """Validate draft_sample_method. The default stays vLLM's "greedy" on every runner:
-    Model Runner V2 (the GPU default) drafts greedily inside its whole-round graph, and
-    a default that changed with the platform would make the V1/CPU runner behave unlike
-    it. "probabilistic" (V1 only) keeps k x vocab float32 probabilities per request for
-    the rejection sampler (4 MiB at k=4 over Gemma 4's 262144 tokens)."""
+    """Validate draft_sample_method. The default stays vLLM's "greedy": with the
+    committed trained pair, sampled drafts raise acceptance only at temperature > 0 and
+    cost k x vocab draft logits per request slot on both runners (V1: float32 per
+    scheduled request; Model Runner V2: a max_num_seqs x k x vocab buffer in the head's
+    dtype, allocated at start-up), which a greedy-only deployment should not pay."""
     method = cfg.get("draft_sample_method", "greedy")
     if method not in DRAFT_SAMPLE_METHODS:
         raise FrozenKVMTPConfigError(
             f"draft_sample_method={method!r} is not one of {', '.join(DRAFT_SAMPLE_METHODS)}.",
             'pass "greedy" (argmax drafts) or "probabilistic" (drafts sampled from the '
-            "assistant at the request's temperature, top-k and top-p; V1 runner).",
+            "assistant at the request's temperature).",
         )
     if method == "probabilistic" and cfg.get("rejection_sample_method") == "synthetic":
         raise FrozenKVMTPConfigError(

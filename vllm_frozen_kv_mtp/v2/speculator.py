@@ -10,6 +10,12 @@ sampler are vLLM's. What changes:
   metadata is refreshed once per round and the whole round (seed step, k-1
   recurrent steps, logits/top-k) is one CUDA-graph replay per batch-size bucket;
 * no draft-prefill CUDA graphs are captured (they would never run).
+
+Sampled drafts (``draft_sample_method="probabilistic"``) and block verification
+(``rejection_sample_method="block"``) are vLLM's own: the parent Gumbel-samples each
+step's draft at the request's temperature and caches its logits, which vLLM's rejection
+sampler reads as q. The sampling key advances per step (``sample_src_positions``) even
+though the attention position stays constant, so each step draws fresh noise.
 """
 
 from __future__ import annotations
@@ -55,16 +61,6 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
     frozen_dense_head: DenseHead | None = None
 
     def __init__(self, vllm_config: Any, device: torch.device) -> None:
-        if vllm_config.speculative_config.draft_sample_method == "probabilistic":
-            from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
-
-            # Before the parent allocates its max_num_reqs x k x vocab draft_logits.
-            raise FrozenKVMTPConfigError(
-                "draft_sample_method='probabilistic' is not supported on Model Runner V2 "
-                "yet: its whole-round draft graph draws greedy drafts only.",
-                "run the V1 runner (VLLM_USE_V2_MODEL_RUNNER=0), which samples drafts, "
-                "or remove draft_sample_method (greedy drafts; still lossless).",
-            )
         super().__init__(vllm_config, device)
         options = options_from_vllm_config(vllm_config)
         assert options is not None
@@ -73,6 +69,17 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         enable_frozen_runtime_fixes()
         self._kv_caches: list[torch.Tensor] = []
         logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
+        if self.draft_logits is not None:
+            # vLLM's probabilistic path: each step's logits are cached (pre-temperature)
+            # for the rejection sampler's q, and drafts are Gumbel-sampled from them.
+            logger.info(
+                "frozen_kv_mtp: sampled drafts (draft_sample_method='probabilistic'): the "
+                "draft logits take max_num_seqs x k x vocab = %s %s, %.1f MiB, allocated "
+                "at start-up; every draft step computes full-vocabulary logits",
+                " x ".join(str(n) for n in self.draft_logits.shape),
+                str(self.draft_logits.dtype).removeprefix("torch."),
+                self.draft_logits.numel() * self.draft_logits.element_size() / 2**20,
+            )
 
     # ---- load-time guarantees -------------------------------------------------
 

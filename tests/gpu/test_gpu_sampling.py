@@ -1,0 +1,105 @@
+"""Sampled drafts and block verification on Model Runner V2 (CUDA graphs, async
+scheduling): the target distribution is kept (chi-square against the oracle pair's exact
+marginals, as in tests/e2e/test_sampling_distribution.py) and greedy requests stay
+token-identical to no speculation.
+
+On Model Runner V2 the draft q is vLLM's: the assistant's softmax at the request's
+temperature (no top-k / top-p), Gumbel-sampled inside the whole-round draft graph, its
+logits cached for the rejection sampler. Block verification is vLLM's too (Sun et al.);
+it accepts at other per-position rates than the standard ratio test, so only the
+distribution is checked for it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import pair
+from tests.e2e.test_sampling_distribution import (
+    SAMPLED_SETTINGS,
+    SAMPLED_TEMPERATURE,
+    _check_distribution,
+)
+from tests.gpu import GRAPH_KW
+from tests.utils.engine import clear_margin_case, drafter, engine, outputs
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+#: (draft_sample_method, rejection_sample_method) pairs beyond the default greedy/standard
+VARIANTS = {
+    "sampled": ("probabilistic", "standard"),
+    "block": ("greedy", "block"),
+    "sampled_block": ("probabilistic", "block"),
+}
+
+
+def _spec(assistant: str, variant: str, k: int = 2) -> dict[str, Any]:
+    draft, rejection = VARIANTS[variant]
+    return {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": k,
+        "draft_sample_method": draft,
+        "rejection_sample_method": rejection,
+    }
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def oracle_llm(request: Any) -> Iterator[tuple[str, Any]]:
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0":
+        pytest.skip("block verification and this q are Model Runner V2's")
+    target, assistant = pair("fp32-oracle")
+    with engine(target, _spec(assistant, request.param), max_num_seqs=64, **GRAPH_KW) as llm:
+        assert llm.llm_engine.vllm_config.use_v2_model_runner
+        yield request.param, llm
+
+
+@pytest.mark.parametrize("setting", list(SAMPLED_SETTINGS))
+def test_v2_sampling_keeps_the_target_distribution(
+    oracle_llm: tuple[str, Any], setting: str
+) -> None:
+    variant, llm = oracle_llm
+    draft, rejection = VARIANTS[variant]
+    _check_distribution(
+        llm,
+        SAMPLED_TEMPERATURE,
+        SAMPLED_SETTINGS[setting],
+        sampled=draft == "probabilistic",
+        draft_truncated=False,
+        first_draft_rate=rejection == "standard",
+    )
+    stats = drafter(llm).frozen_stats
+    assert stats.graph_misses == 0
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_v2_greedy_requests_identical_with_sampling_options(runner: str, variant: str) -> None:
+    """Greedy requests, alone and mixed into a batch of sampled ones, give no
+    speculation's tokens under every sampling option (trained pair, fp32)."""
+    if runner != "v2":
+        pytest.skip("Model Runner V2 options")
+    from vllm import SamplingParams
+
+    target, assistant, prompts, extra = clear_margin_case("trained")
+    prompts = prompts[:16]
+    greedy = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
+    sampled = SamplingParams(temperature=1.0, top_p=0.95, top_k=64, max_tokens=48, ignore_eos=True)
+    kw = {**GRAPH_KW, **extra}
+    with engine(target, **kw) as llm:
+        expected = outputs(llm.generate(prompts, greedy, use_tqdm=False))
+    with engine(target, _spec(assistant, variant, k=3), **kw) as llm:
+        alone = outputs(llm.generate(prompts, greedy, use_tqdm=False))
+        mixed_params = [greedy if i % 2 == 0 else sampled for i in range(len(prompts))]
+        mixed = outputs(llm.generate(prompts, mixed_params, use_tqdm=False))
+        stats = drafter(llm).frozen_stats
+    assert alone == expected
+    assert [m for i, m in enumerate(mixed) if i % 2 == 0] == expected[::2]
+    assert stats.graph_misses == 0
