@@ -42,6 +42,8 @@ PROFILES: dict[str, list[float]] = {
     "chat": [0.84, 0.60, 0.39, 0.27, 0.18, 0.12, 0.08],
     "prose": [0.45, 0.20, 0.09, 0.04, 0.02, 0.01, 0.0],
 }
+#: steps a fresh "auto" policy runs on a row's traffic before it is timed
+AUTO_WARMUP_STEPS = 300
 #: a batch-size schedule of the kind vLLM's docs suggest: deep drafts when the batch
 #: is small, none at saturation
 SCHEDULE = [[1, 4, 5], [5, 16, 4], [17, 64, 2], [65, 128, 1], [129, 4096, 0]]
@@ -140,7 +142,6 @@ class Engine:
         self.load_s = time.time() - t0
         self.core = self.llm.llm_engine.engine_core.engine_core
         self.scheduler = self.core.scheduler
-        self.own_lookup = getattr(self.scheduler, "dynamic_sd_lookup", None)
         self.steps = 0
         original = self.scheduler.update_from_output
 
@@ -169,20 +170,16 @@ class Engine:
         # what vLLM's sampler computes from synthetic_acceptance_rates at start-up
         rates = unconditional_to_conditional_rates(PROFILES[profile][: self.k_max])
         rs.synthetic_conditional_rates.copy_(torch.tensor(rates, dtype=torch.float32))
-        policy = getattr(self.scheduler, "k_policy", None)
-        if policy is not None:  # new traffic: forget the old acceptance, keep step costs
-            from vllm_frozen_kv_mtp.scheduling.k_policy import AcceptanceEstimate
-
-            policy.acceptance = AcceptanceEstimate(policy.settings)
 
     def set_k(self, k: int | str) -> None:
-        """Pin k for every step (an int), vLLM's batch-size SCHEDULE, or "auto"."""
+        """Pin k for every step (an int), vLLM's batch-size SCHEDULE, or "auto" (a fresh
+        policy: what it learnt while other rows pinned k is not what a server has)."""
         if not self.sweep:
             return
         from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
         if k == "auto":
-            self.scheduler.dynamic_sd_lookup = self.own_lookup
+            self.scheduler.reset_k_policy()
         elif k == "schedule":
             self.scheduler.dynamic_sd_lookup = build_dynamic_sd_schedule_lookup(
                 SCHEDULE, self.max_seqs, self.k_max
@@ -233,8 +230,13 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 eng.set_k(setting)
                 policy = getattr(eng.scheduler, "k_policy", None)
                 if setting == "auto":
-                    # the policy learns this traffic first, as a serving engine would have
-                    eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
+                    # the policy learns this traffic first, as a serving engine would have:
+                    # AUTO_WARMUP_STEPS steps from nothing known
+                    s0 = eng.steps
+                    for _ in range(50):
+                        eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
+                        if eng.steps - s0 >= AUTO_WARMUP_STEPS:
+                            break
                 chosen0 = dict(policy.chosen) if policy is not None else {}
                 samples = []
                 for _ in range(args.repeats):

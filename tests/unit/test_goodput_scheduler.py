@@ -7,6 +7,7 @@ tests/e2e/test_draft_length.py.
 
 from __future__ import annotations
 
+from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
@@ -62,12 +63,19 @@ def test_verify_counts_exclude_grammar_invalid_drafts() -> None:
     class Sched(_GoodputK, Parent):
         def __init__(self) -> None:  # skip vLLM's constructor: only the hook is tested
             self.k_policy = GoodputPolicy(PolicySettings(k_max=4, prior_weight=0.0))
+            self._verified = Counter()
 
     s = Sched()
     out = s.make_spec_decoding_stats(None, 4, 2, {"a": 1}, "a")
     assert out == "vllm's stats"
-    assert s.k_policy.acceptance.drafted[1:] == [1.0, 1.0, 1.0, 0.0]
-    assert s.k_policy.acceptance.accepted[1:] == [1.0, 1.0, 0.0, 0.0]
+    s.make_spec_decoding_stats(None, 4, 2, {"a": 1}, "b")  # "b" had no invalid drafts
+    s.make_spec_decoding_stats(None, 4, 2, None, "c")
+    assert s._verified == {(3, 2): 1, (4, 2): 2}
+    assert s.k_policy.acceptance.drafted[1:] == [0.0] * 4  # folded once per step
+    s._fold_verified()
+    assert not s._verified
+    assert s.k_policy.acceptance.drafted[1:] == [3.0, 3.0, 3.0, 2.0]
+    assert s.k_policy.acceptance.accepted[1:] == [3.0, 3.0, 0.0, 0.0]
 
 
 def test_lookup_asks_the_policy_once_per_step() -> None:

@@ -42,13 +42,16 @@ def simulate(
     steps: int,
     batch: int = 8,
     seed: int = 0,
+    stall_rate: float = 0.0,
 ) -> list[int]:
+    """``stall_rate``: the share of steps the host stalls, taking 1.3-2x their cost."""
     rng = random.Random(seed)
     ks = []
     for _ in range(steps):
         k = policy.choose(batch)
         ks.append(k)
-        policy.observe_step(batch, k, cost[k])
+        stall = rng.uniform(1.3, 2.0) if rng.random() < stall_rate else 1.0
+        policy.observe_step(batch, k, cost[k] * stall)
         for _ in range(batch):
             if k:
                 policy.observe_verify(k, accepted(rates, k, rng))
@@ -82,6 +85,27 @@ def test_settles_within_3_percent_of_the_best_k(rates: list[float], cost: dict[i
     tail = ks[-500:]
     achieved = sum(1 + sum(rates[:k]) for k in tail) / sum(cost[k] for k in tail)
     assert achieved >= 0.97 * goodput(rates, cost, best_k(rates, cost)), policy.summary()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_host_stalls_do_not_move_the_choice(seed: int) -> None:
+    """One step in eight stalls (garbage collection, a busy core): costs are medians of
+    clean steps, so the policy still settles within 3% of the best k."""
+    rates = [0.84, 0.60, 0.39, 0.27, 0.18, 0.12, 0.08]
+    cost = linear_cost(7.0, 0.25)
+    policy = GoodputPolicy(PolicySettings(k_max=7))
+    ks = simulate(policy, rates, cost, steps=1500, seed=seed, stall_rate=0.125)
+    tail = ks[-500:]
+    achieved = sum(1 + sum(rates[:k]) for k in tail) / sum(cost[k] for k in tail)
+    assert achieved >= 0.97 * goodput(rates, cost, best_k(rates, cost)), policy.summary()
+
+
+def test_a_stalled_step_does_not_move_the_cost() -> None:
+    cost = StepCost(PolicySettings(k_max=3))
+    for _ in range(4):
+        cost.observe(8, 2, 0.010)
+    cost.observe(8, 2, 0.019)  # a stall: under the idle-gap cut, so it is kept
+    assert cost.estimate(8, 2) == pytest.approx(0.010)
 
 
 def test_does_not_flap_between_near_equal_choices() -> None:

@@ -10,8 +10,10 @@ Pure logic (no vLLM, no torch), driven by the scheduler in
   a round's i-th draft is accepted), learned online from the engine's own
   per-request verify results, exponentially forgotten so it follows the traffic.
 * ``cost(b, k)`` is the wall time of one engine step with batch ``b`` and ``k``
-  drafts, learned online from step timings per batch-size bucket. Unmeasured k are
-  extrapolated linearly from the measured ones (a prior slope until two are known).
+  drafts, learned online from step timings per batch-size bucket: the median of the
+  latest few clean steps, so one host stall (garbage collection, a busy core) does not
+  move it. Unmeasured k are extrapolated linearly from the measured ones (a prior
+  slope until two are known).
 
 A frozen-KV drafter owns no KV, so changing k, or skipping drafting (k = 0),
 costs nothing to catch up: the policy is free to move every step. It still holds
@@ -22,7 +24,8 @@ not flap, and while k = 0 it probes now and then so acceptance stays estimated.
 from __future__ import annotations
 
 import math
-from collections import Counter
+import statistics
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 
@@ -38,8 +41,8 @@ class PolicySettings:
     prior_acceptance: float = 0.6
     #: weight, in drafts, of that prior
     prior_weight: float = 2.0
-    #: EWMA weight of a new step-time sample
-    cost_alpha: float = 0.2
+    #: a (bucket, k)'s step cost is the median of this many latest clean steps
+    cost_window: int = 9
     #: relative step cost of one more draft until two k of a bucket are measured
     prior_slope: float = 0.15
     #: switch only when the best k beats the current one by this fraction
@@ -74,13 +77,13 @@ class AcceptanceEstimate:
         self.drafted = [0.0] * (k + 1)  # index i: rounds that drafted position i
         self.accepted = [0.0] * (k + 1)
 
-    def observe(self, num_drafts: int, num_accepted: int) -> None:
-        """One request's verify result: ``num_accepted`` of its ``num_drafts`` drafts."""
+    def observe(self, num_drafts: int, num_accepted: int, count: int = 1) -> None:
+        """``count`` requests' verify result: ``num_accepted`` of ``num_drafts`` drafts."""
         n = min(num_drafts, self.s.k_max)
         for i in range(1, n + 1):
-            self.drafted[i] += 1.0
+            self.drafted[i] += count
             if i <= num_accepted:
-                self.accepted[i] += 1.0
+                self.accepted[i] += count
 
     def decay(self) -> None:
         d = self.s.acceptance_decay
@@ -111,25 +114,36 @@ class AcceptanceEstimate:
 
 
 class StepCost:
-    """Step wall time per (batch bucket, k), EWMA, linearly extrapolated in k."""
+    """Step wall time per (batch bucket, k): the median of the latest clean steps,
+    linearly extrapolated in k."""
 
     def __init__(self, settings: PolicySettings) -> None:
         self.s = settings
-        self.seconds: dict[tuple[int, int], float] = {}
+        self.recent: dict[tuple[int, int], deque[float]] = {}
         self.samples: Counter[tuple[int, int]] = Counter()
         #: the policy step of each key's latest sample
         self.last_seen: dict[tuple[int, int], int] = {}
+        #: per bucket: k -> median seconds (kept up to date by observe)
+        self._known: dict[int, dict[int, float]] = {}
         self.now = 0
 
     def observe(self, batch_size: int, k: int, seconds: float) -> None:
-        key = (bucket(batch_size), k)
-        old = self.seconds.get(key)
-        if old is not None and seconds > 20 * old:
+        b = bucket(batch_size)
+        key = (b, k)
+        window = self.recent.get(key)
+        if window is not None and seconds > 20 * self._known[b][k]:
             return  # an idle gap or a stall, not a step
-        a = self.s.cost_alpha
-        self.seconds[key] = seconds if old is None else (1 - a) * old + a * seconds
+        if window is None:
+            window = self.recent[key] = deque(maxlen=self.s.cost_window)
+        window.append(seconds)
+        self._known.setdefault(b, {})[k] = statistics.median(window)
         self.samples[key] += 1
         self.last_seen[key] = self.now
+
+    @property
+    def seconds(self) -> dict[tuple[int, int], float]:
+        """(bucket, k) -> the current cost estimate of every measured key."""
+        return {(b, k): t for b, ks in self._known.items() for k, t in ks.items()}
 
     def needs_sample(self, batch_size: int, k: int) -> bool:
         """Never measured well enough, or measured long ago."""
@@ -139,30 +153,36 @@ class StepCost:
         return self.now - self.last_seen.get(key, 0) > self.s.stale_after_steps
 
     def known(self, batch_size: int) -> dict[int, float]:
-        b = bucket(batch_size)
-        return {k: t for (bb, k), t in self.seconds.items() if bb == b}
+        return self._known.get(bucket(batch_size), {})
 
-    def estimate(self, batch_size: int, k: int) -> float | None:
-        """Seconds per step at (bucket of ``batch_size``, ``k``); None if nothing of the
-        bucket is measured yet (then every k costs the same to the policy's eyes)."""
+    def curve(self, batch_size: int) -> list[float] | None:
+        """Seconds per step for k = 0..k_max at the bucket of ``batch_size``; None if
+        nothing of the bucket is measured yet (then every k costs the same to the
+        policy's eyes)."""
         known = self.known(batch_size)
-        if k in known:
-            return known[k]
         if not known:
             return None
         ks = sorted(known)
+        k_range = range(self.s.k_max + 1)
         if len(ks) == 1:
             k0 = ks[0]
             base = known[k0] / (1 + self.s.prior_slope * k0)
-            return base * (1 + self.s.prior_slope * k)
-        # least-squares line through the measured points; never below the cheapest
-        n = len(ks)
-        mk = sum(ks) / n
-        mt = sum(known[x] for x in ks) / n
-        var = sum((x - mk) ** 2 for x in ks)
-        slope = sum((x - mk) * (known[x] - mt) for x in ks) / var
-        slope = max(slope, 0.0)
-        return max(mt + slope * (k - mk), min(known.values()) * 0.5)
+            line = [base * (1 + self.s.prior_slope * k) for k in k_range]
+        else:
+            # least-squares line through the measured points; never below half the cheapest
+            n = len(ks)
+            mk = sum(ks) / n
+            mt = sum(known[x] for x in ks) / n
+            var = sum((x - mk) ** 2 for x in ks)
+            slope = max(sum((x - mk) * (known[x] - mt) for x in ks) / var, 0.0)
+            floor = min(known.values()) * 0.5
+            line = [max(mt + slope * (k - mk), floor) for k in k_range]
+        return [known.get(k, line[k]) for k in k_range]
+
+    def estimate(self, batch_size: int, k: int) -> float | None:
+        """Seconds per step at (bucket of ``batch_size``, ``k``); see :meth:`curve`."""
+        curve = self.curve(batch_size)
+        return None if curve is None else curve[k]
 
 
 @dataclass
@@ -188,28 +208,27 @@ class GoodputPolicy:
 
     # ---- what the scheduler feeds in ----------------------------------------
 
-    def observe_verify(self, num_drafts: int, num_accepted: int) -> None:
-        self.acceptance.observe(num_drafts, num_accepted)
+    def observe_verify(self, num_drafts: int, num_accepted: int, count: int = 1) -> None:
+        self.acceptance.observe(num_drafts, num_accepted, count)
 
     def observe_step(self, batch_size: int, k: int, seconds: float) -> None:
         self.cost.observe(batch_size, k, seconds)
 
     # ---- the decision ---------------------------------------------------------
 
-    def goodput(self, batch_size: int, k: int, rates: list[float] | None = None) -> float:
-        """Expected committed tokens per second and request at (batch, k); per step
-        if no cost of the bucket is known yet."""
-        rates = self.acceptance.rates() if rates is None else rates
-        tokens = 1.0 + sum(rates[:k])
-        cost = self.cost.estimate(batch_size, k)
-        if cost is None:
-            cost = 1.0 + self.settings.prior_slope * k
-        return tokens / cost
-
-    def best(self, batch_size: int) -> int:
+    def goodputs(self, batch_size: int) -> list[float]:
+        """Expected committed tokens per second and request for k = 0..k_max at this
+        batch (per step where no cost of the bucket is known yet); one pass over the
+        acceptance and cost tables, so a step's decision stays cheap on the host."""
         rates = self.acceptance.rates()
-        scores = [self.goodput(batch_size, k, rates) for k in range(self.settings.k_max + 1)]
-        return max(range(len(scores)), key=lambda k: (scores[k], -k))
+        curve = self.cost.curve(batch_size)
+        out, tokens = [], 1.0
+        for k in range(self.settings.k_max + 1):
+            if k:
+                tokens += rates[k - 1]
+            cost = curve[k] if curve is not None else 1.0 + self.settings.prior_slope * k
+            out.append(tokens / cost)
+        return out
 
     def choose(self, batch_size: int) -> int:
         """k for a step that schedules ``batch_size`` requests (called once per step)."""
@@ -238,7 +257,8 @@ class GoodputPolicy:
             return max(1, min(s.k_max, self._probe_k()))
         if self._held < s.min_dwell_steps:
             return self.current
-        best = self.best(batch_size)
+        scores = self.goodputs(batch_size)
+        best = max(range(len(scores)), key=lambda k: (scores[k], -k))
         if s.explore_interval and self.steps % s.explore_interval == 0 and best > 0:
             neighbour = self._neighbour_to_measure(batch_size, best)
             if neighbour is not None:
@@ -248,10 +268,7 @@ class GoodputPolicy:
                 return neighbour
         if best == self.current:
             return best
-        rates = self.acceptance.rates()
-        if self.goodput(batch_size, best, rates) > (1 + s.hysteresis) * self.goodput(
-            batch_size, self.current, rates
-        ):
+        if scores[best] > (1 + s.hysteresis) * scores[self.current]:
             return best
         return self.current
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -50,10 +51,12 @@ class _GoodputK:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.k_policy = GoodputPolicy(PolicySettings(k_max=self.num_spec_tokens))
-        self.dynamic_sd_lookup = _PolicyLookup(self.k_policy)
+        self.reset_k_policy()
         self._last_step_end: float | None = None
         self._last_log = time.monotonic()
+        #: this step's verify results, (drafts, accepted) -> requests: folded into the
+        #: policy once per step rather than once per request
+        self._verified: Counter[tuple[int, int]] = Counter()
         logger.info(
             "frozen_kv_mtp: draft length policy 'auto': k in 0..%d chosen each step to "
             "maximise expected committed tokens per second, from acceptance per "
@@ -61,6 +64,12 @@ class _GoodputK:
             self.num_spec_tokens,
             type(self).__name__,
         )
+
+    def reset_k_policy(self) -> None:
+        """A policy that knows nothing yet: what a freshly started engine has
+        (benchmarks measure "auto" from here, as a server meeting its traffic would)."""
+        self.k_policy = GoodputPolicy(PolicySettings(k_max=self.num_spec_tokens))
+        self.dynamic_sd_lookup = _PolicyLookup(self.k_policy)
 
     # ---- what the policy learns from ------------------------------------------
 
@@ -74,7 +83,7 @@ class _GoodputK:
     ) -> Any:
         drafts = num_draft_tokens - (num_invalid_spec_tokens or {}).get(request_id, 0)
         if drafts > 0:
-            self.k_policy.observe_verify(drafts, num_accepted_tokens)
+            self._verified[drafts, num_accepted_tokens] += 1
         return super().make_spec_decoding_stats(  # type: ignore[misc]
             spec_decoding_stats,
             num_draft_tokens,
@@ -89,12 +98,18 @@ class _GoodputK:
         result = super().update_from_output(  # type: ignore[misc]
             scheduler_output, model_runner_output
         )
+        self._fold_verified()
         # Time only back-to-back steps: an engine with nothing to run waits.
         self._last_step_end = now if self.get_num_unfinished_requests() else None  # type: ignore[attr-defined]
         if now - self._last_log >= LOG_INTERVAL_S:
             self._last_log = now
             self.log_k_choice()
         return result
+
+    def _fold_verified(self) -> None:
+        for (drafts, accepted), count in self._verified.items():
+            self.k_policy.observe_verify(drafts, accepted, count)
+        self._verified.clear()
 
     def _time_step(self, so: Any, now: float) -> None:
         last, self._last_step_end = self._last_step_end, None
