@@ -118,7 +118,11 @@ def table(rows: list[dict[str, Any]]) -> str:
         (r["method"], r["draft_sample_method"], r["rejection_sample_method"]) for r in rows
     )
     for v in variants:
-        by_t = {r["temperature"]: r for r in rows if (r["method"], *v[1:]) == v}
+        by_t = {
+            r["temperature"]: r
+            for r in rows
+            if (r["method"], r["draft_sample_method"], r["rejection_sample_method"]) == v
+        }
         als = [by_t[t]["mean_acceptance_length"] if t in by_t else None for t in temps]
         last = by_t.get(1.0) or by_t[max(by_t)]
         lines.append(
@@ -167,9 +171,12 @@ def main() -> None:
         if len(variant) != 3:
             raise SystemExit(f"--variants: {':'.join(variant)!r} is not method:draft:rejection")
         rows += measure(variant, assistant, temperatures, args.k, args.max_tokens, args.samples)  # type: ignore[arg-type]
+    import vllm
+
     meta = {
         "pair": "trained",
-        "assistant": assistant,
+        "assistant": os.path.relpath(assistant),
+        "vllm": vllm.__version__,
         "k": args.k,
         "max_tokens": args.max_tokens,
         "prompts": len(eval_prompts()),

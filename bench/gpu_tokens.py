@@ -358,6 +358,35 @@ def report(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def variable_k_tax(rows: list[dict[str, Any]]) -> str:
+    """Step time of a static k=4 engine (upstream mtp) next to k=4 and k=k_max pinned in
+    the engine built for every k (frozen:sweep): what an engine that may change k pays."""
+
+    def index(engine: str, k: int) -> dict[tuple[str, str, int], Any]:
+        return {
+            (r["model"], r["profile"], r["concurrency"]): r
+            for r in rows
+            if r.get("engine") == engine and r["k"] == k and r.get("pinned") == (engine != "mtp:4")
+        }
+
+    static = index("mtp:4", 4)
+    k_max = max((r["k"] for r in rows if r.get("engine") == "frozen:sweep"), default=0)
+    pinned4, pinned_max = index("frozen:sweep", 4), index("frozen:sweep", k_max)
+    out = [
+        f"| model | profile | c | mtp k=4, static engine | frozen k=4, variable-k engine "
+        f"| frozen k={k_max}, variable-k engine |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key in sorted(static):
+        if key in pinned4 and key in pinned_max:
+            a, b, m = static[key]["step_ms"], pinned4[key]["step_ms"], pinned_max[key]["step_ms"]
+            out.append(
+                f"| {key[0]} | {key[1]} | {key[2]} | {a:.2f} | {b:.2f} ({b / a:.2f}x) "
+                f"| {m:.2f} ({m / a:.2f}x) |"
+            )
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -419,6 +448,8 @@ def main() -> None:
             else [json.loads(line) for line in text.splitlines() if line]
         )
         print(report(rows))
+        print()
+        print(variable_k_tax(rows))
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
 
