@@ -62,6 +62,12 @@ def linear_cost(base: float, per_draft: float, k_max: int = 7) -> dict[int, floa
     return {k: base + per_draft * k for k in range(k_max + 1)}
 
 
+def _cost_at(cost: StepCost, k: int, batch: int = 8) -> float:
+    curve = cost.curve(batch)
+    assert curve is not None
+    return curve[k]
+
+
 def goodput(rates: list[float], cost: dict[int, float], k: int) -> float:
     return (1 + sum(rates[:k])) / cost[k]
 
@@ -105,7 +111,7 @@ def test_a_stalled_step_does_not_move_the_cost() -> None:
     for _ in range(4):
         cost.observe(8, 2, 0.010)
     cost.observe(8, 2, 0.019)  # a stall: under the idle-gap cut, so it is kept
-    assert cost.estimate(8, 2) == pytest.approx(0.010)
+    assert _cost_at(cost, 2) == pytest.approx(0.010)
 
 
 def test_does_not_flap_between_near_equal_choices() -> None:
@@ -155,15 +161,13 @@ def test_stale_costs_are_measured_again() -> None:
 
 def test_cost_extrapolates_from_measured_k_and_ignores_idle_gaps() -> None:
     cost = StepCost(PolicySettings(k_max=7))
-    assert cost.estimate(8, 3) is None
+    assert cost.curve(8) is None
     cost.observe(8, 1, 0.010)
-    one = cost.estimate(8, 5)
-    assert one is not None and one > 0.010  # one point: the prior slope
+    assert _cost_at(cost, 5) > 0.010  # one point: the prior slope
     cost.observe(8, 3, 0.014)
-    est = cost.estimate(8, 5)
-    assert est is not None and abs(est - 0.018) < 1e-9  # two points: their line
+    assert abs(_cost_at(cost, 5) - 0.018) < 1e-9  # two points: their line
     cost.observe(8, 3, 10.0)  # an idle gap, not a step
-    assert cost.estimate(8, 3) == pytest.approx(0.014)
+    assert _cost_at(cost, 3) == pytest.approx(0.014)
     assert bucket(5) == bucket(8) == 8 and bucket(9) == 16 and bucket(1) == 1
 
 
@@ -176,6 +180,13 @@ def test_acceptance_is_non_increasing_and_extrapolated() -> None:
     assert a[0] == pytest.approx(1.0) and a[1] == pytest.approx(0.5)
     assert a[2] == pytest.approx(0.25) and a[3] == pytest.approx(0.125)  # ratio carried on
     assert all(x >= y for x, y in zip(a, a[1:], strict=False))
+
+
+def test_summary_reports_the_step_costs_it_chose_by() -> None:
+    policy = GoodputPolicy(PolicySettings(k_max=3))
+    policy.observe_step(5, 2, 0.0071)
+    policy.observe_step(100, 0, 0.012)
+    assert policy.summary()["step_ms"] == {8: {2: 7.1}, 128: {0: 12.0}}
 
 
 def test_settings_are_checked() -> None:

@@ -179,11 +179,6 @@ class StepCost:
             line = [max(mt + slope * (k - mk), floor) for k in k_range]
         return [known.get(k, line[k]) for k in k_range]
 
-    def estimate(self, batch_size: int, k: int) -> float | None:
-        """Seconds per step at (bucket of ``batch_size``, ``k``); see :meth:`curve`."""
-        curve = self.curve(batch_size)
-        return None if curve is None else curve[k]
-
 
 @dataclass
 class GoodputPolicy:
@@ -283,11 +278,16 @@ class GoodputPolicy:
         return None
 
     def summary(self) -> dict[str, object]:
-        """What the engine log reports: k chosen per step, acceptance, switches."""
+        """What the engine log reports: k chosen per step, acceptance, switches, and the
+        step costs the choice rests on (ms per batch bucket and measured k)."""
+        step_ms: dict[int, dict[int, float]] = {}
+        for (b, k), seconds in sorted(self.cost.seconds.items()):
+            step_ms.setdefault(b, {})[k] = round(1000 * seconds, 2)
         return {
             "steps": self.steps,
             "k_counts": dict(sorted(self.chosen.items())),
             "current_k": self.current,
             "switches": self.switches,
             "acceptance_per_position": [round(a, 3) for a in self.acceptance.rates()],
+            "step_ms": step_ms,
         }

@@ -128,12 +128,13 @@ class _GoodputK:
         s = self.k_policy.summary()
         logger.info(
             "frozen_kv_mtp auto k: steps=%d k_counts=%s current_k=%d switches=%d "
-            "acceptance_per_position=%s",
+            "acceptance_per_position=%s step_ms_by_batch_bucket_and_k=%s",
             s["steps"],
             s["k_counts"],
             s["current_k"],
             s["switches"],
             s["acceptance_per_position"],
+            s["step_ms"],
         )
 
     def shutdown(self) -> None:
