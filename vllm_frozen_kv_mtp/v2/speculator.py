@@ -80,6 +80,17 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
                 str(self.draft_logits.dtype).removeprefix("torch."),
                 self.draft_logits.numel() * self.draft_logits.element_size() / 2**20,
             )
+            for name, is_set in (
+                ("centroid_head", options.centroid_head not in ("auto", "upstream")),
+                ("dense_head", options.dense_head != "upstream"),
+            ):
+                if is_set:
+                    logger.warning(
+                        "frozen_kv_mtp: %s=%r has no effect with sampled drafts: every "
+                        "draft is sampled from vLLM's full-vocabulary logits",
+                        name,
+                        getattr(options, name),
+                    )
 
     # ---- load-time guarantees -------------------------------------------------
 
