@@ -7,7 +7,10 @@ is a GPU test in tests/gpu/test_gpu_frozen_kv.py.
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
+
+import pytest
 
 from vllm_frozen_kv_mtp.kernels.draft_attention import VLLM_DEFAULT, set_sliding_split_kv_max_rows
 
@@ -55,3 +58,18 @@ def test_threshold_never_rises_past_the_scratch_vllm_sized() -> None:
     groups = _groups()
     assert set_sliding_split_kv_max_rows(groups, 256) == {"d.0": 64, "d.1": 64, "d.2": 64}
     assert _thresholds(groups) == [64, 64, None]
+
+
+def test_layers_of_another_backend_are_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """FA4 (vLLM's pick for Gemma 4 on a stock Hopper install) has no split-KV threshold:
+    the option is said not to apply there, with the layers it leaves alone."""
+    with caplog.at_level(logging.WARNING, logger="vllm.frozen_kv_mtp"):
+        set_sliding_split_kv_max_rows(_groups(), 8)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "needs the TRITON_ATTN backend" in warnings[0]
+    assert "['x.0']" in warnings[0] and "SimpleNamespace" in warnings[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vllm.frozen_kv_mtp"):
+        set_sliding_split_kv_max_rows(_groups(), VLLM_DEFAULT)  # option unset: no word
+    assert not caplog.records

@@ -36,6 +36,7 @@ def set_sliding_split_kv_max_rows(attn_groups: Any, max_rows: int) -> dict[str, 
     if max_rows < 0:
         return {}
     changed: dict[str, int] = {}
+    other_backends: dict[str, list[str]] = {}  # builder class -> layers it keeps
     for groups in attn_groups:
         for group in groups:
             if getattr(group.kv_cache_spec, "sliding_window", None) is None:
@@ -43,10 +44,20 @@ def set_sliding_split_kv_max_rows(attn_groups: Any, max_rows: int) -> dict[str, 
             for builder in getattr(group, "metadata_builders", []):
                 threshold = getattr(builder, "seq_threshold_3D", None)
                 if threshold is None:
+                    other_backends.setdefault(type(builder).__name__, []).extend(group.layer_names)
                     continue
                 builder.seq_threshold_3D = min(max_rows, threshold)  # scratch holds no more
                 for name in group.layer_names:
                     changed[name] = builder.seq_threshold_3D
+    for builder_cls, layers in other_backends.items():
+        # FA4, for one, has no split-KV threshold: the option cannot apply there.
+        logger.warning(
+            "frozen_kv_mtp: sliding_split_kv_max_rows=%d needs the TRITON_ATTN backend; "
+            "drafter layers %s are built by %s and keep their backend's choice",
+            max_rows,
+            sorted(layers),
+            builder_cls,
+        )
     if changed:
         logger.info(
             "frozen_kv_mtp: drafter sliding-window attention splits KV for batches of at "
