@@ -32,6 +32,7 @@ import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -150,11 +151,32 @@ class Engine:
             return original(*a, **k)
 
         self.scheduler.update_from_output = counted
+        self.graph_modes = self._count_verify_graph_modes()
         self.synthetic = synthetic and spec is not None
         cfg = self.llm.llm_engine.vllm_config
         self.runner = "v2" if cfg.use_v2_model_runner else "v1"
         self.async_ = bool(cfg.scheduler_config.async_scheduling)
         self.vocab = cfg.model_config.get_vocab_size()
+
+    def _count_verify_graph_modes(self) -> Counter[str]:
+        """Counts of the CUDA-graph mode each target step dispatched to (Model Runner V2),
+        keyed "tokens per request:mode": shows whether a k below an engine's ceiling
+        still replays a FULL graph."""
+        from vllm_frozen_kv_mtp.instrument import model_runner
+
+        counts: Counter[str] = Counter()
+        manager = getattr(model_runner(self.llm), "cudagraph_manager", None)
+        if manager is None or not hasattr(manager, "dispatch"):
+            return counts
+        original = manager.dispatch
+
+        def dispatch(num_reqs: int, num_tokens: int, uniform: int | None, *a: Any, **k: Any) -> Any:
+            desc = original(num_reqs, num_tokens, uniform, *a, **k)
+            counts[f"{uniform}:{getattr(desc.cg_mode, 'name', desc.cg_mode)}"] += 1
+            return desc
+
+        manager.dispatch = dispatch
+        return counts
 
     # ---- per-run settings -------------------------------------------------------
 
@@ -238,6 +260,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                         if eng.steps - s0 >= AUTO_WARMUP_STEPS:
                             break
                 chosen0 = dict(policy.chosen) if policy is not None else {}
+                eng.graph_modes.clear()
                 samples = []
                 for _ in range(args.repeats):
                     d0, a0 = eng.spec_counts()
@@ -279,6 +302,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                     row["k_counts"] = counts
                     total = sum(counts.values()) or 1
                     row["mean_k"] = round(sum(k * n for k, n in counts.items()) / total, 2)
+                if eng.graph_modes:
+                    row["verify_graph_modes"] = dict(sorted(eng.graph_modes.items()))
                 stats = getattr(_drafter(eng), "frozen_stats", None)
                 if stats is not None:
                     row["graph_misses"] = stats.graph_misses
