@@ -346,6 +346,9 @@ def translate_speculative_config(
     trust = bool(getattr(target_model_config, "trust_remote_code", False))
     assistant_cfg = _load_assistant_config(str(model), cfg.get("revision"), trust)
     validate_pair(target_model_config.hf_config, assistant_cfg, str(model))
+    from vllm_frozen_kv_mtp.multimodal import check_image_inputs  # imports this module
+
+    check_image_inputs(target_model_config)
 
     _check_rejection_method(cfg)
     _check_draft_sample_method(cfg)
