@@ -46,10 +46,7 @@ def measure(
     assistant_name: str = "greedy-distilled",
 ) -> list[dict[str, Any]]:
     """One engine; acceptance per temperature."""
-    from vllm import SamplingParams
-
     from vllm_frozen_kv_mtp.demo import tiny_llm
-    from vllm_frozen_kv_mtp.instrument import acceptance, diff_metrics, spec_metrics
 
     target, assistant = trained_pair_paths(assistant=assistant_name)
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
@@ -66,34 +63,51 @@ def measure(
         max_num_seqs=len(prompts),
         kv_cache_memory_bytes=256 << 20,
     )
-    rows = []
     try:
-        for t in temperatures:
-            truncation = {"top_p": TOP_P, "top_k": TOP_K} if t > 0 else {}
-            params = SamplingParams(
-                temperature=t, max_tokens=max_tokens, ignore_eos=True, **truncation
-            )
-            # greedy output is the same every time: one pass is enough
-            batch = prompts * (samples if t > 0 else 1)
-            before = spec_metrics(llm)
-            start = time.perf_counter()
-            llm.generate(batch, params, use_tqdm=False)
-            wall = time.perf_counter() - start
-            row = {
-                "assistant": assistant_name,
-                "draft_sample_method": draft_method,
-                "temperature": t,
-                **truncation,
-            }
-            row.update(acceptance(diff_metrics(before, spec_metrics(llm))))
-            row["wall_s"] = round(wall, 1)
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+        return measure_temperatures(
+            llm,
+            prompts,
+            temperatures,
+            max_tokens,
+            samples,
+            {"assistant": assistant_name, "draft_sample_method": draft_method},
+        )
     finally:
         with contextlib.suppress(Exception):
             llm.llm_engine.engine_core.shutdown()
         del llm
         gc.collect()
+
+
+def measure_temperatures(
+    llm: Any,
+    prompts: list[Any],
+    temperatures: list[float],
+    max_tokens: int,
+    samples: int,
+    tags: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Acceptance of one running engine at each temperature (0: greedy requests, one pass;
+    above 0: Gemma 4's recommended top_p / top_k, ``samples`` passes), rows tagged."""
+    from vllm import SamplingParams
+
+    from vllm_frozen_kv_mtp.instrument import acceptance, diff_metrics, spec_metrics
+
+    rows = []
+    for t in temperatures:
+        truncation = {"top_p": TOP_P, "top_k": TOP_K} if t > 0 else {}
+        params = SamplingParams(temperature=t, max_tokens=max_tokens, ignore_eos=True, **truncation)
+        # greedy output is the same every time: one pass is enough
+        batch = prompts * (samples if t > 0 else 1)
+        before = spec_metrics(llm)
+        start = time.perf_counter()
+        llm.generate(batch, params, use_tqdm=False)
+        wall = time.perf_counter() - start
+        row = {**tags, "temperature": t, **truncation}
+        row.update(acceptance(diff_metrics(before, spec_metrics(llm))))
+        row["wall_s"] = round(wall, 1)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
 
 

@@ -21,10 +21,10 @@ import gc
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from bench.acceptance_cpu import measure_temperatures
 from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
 
 #: (method, draft_sample_method, rejection_sample_method)
@@ -37,8 +37,6 @@ VARIANTS = (
     ("mtp", "probabilistic", "standard"),
     ("mtp", "probabilistic", "block"),
 )
-#: Gemma 4's recommended sampling (temperature varies)
-TOP_P, TOP_K = 0.95, 64
 #: CUDA graphs without torch.compile (compile adds minutes and changes no acceptance)
 GRAPH_KW: dict[str, Any] = {
     "compilation_config": {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"},
@@ -55,10 +53,7 @@ def measure(
     samples: int,
 ) -> list[dict[str, Any]]:
     """One engine; acceptance per temperature."""
-    from vllm import SamplingParams
-
     from vllm_frozen_kv_mtp.demo import tiny_llm
-    from vllm_frozen_kv_mtp.instrument import acceptance, diff_metrics, spec_metrics
 
     method, draft, rejection = variant
     target, _ = trained_pair_paths()
@@ -78,36 +73,20 @@ def measure(
         kv_cache_memory_bytes=512 << 20,
         **GRAPH_KW,
     )
-    rows = []
     try:
         runner = "v2" if llm.llm_engine.vllm_config.use_v2_model_runner else "v1"
-        for t in temperatures:
-            truncation = {"top_p": TOP_P, "top_k": TOP_K} if t > 0 else {}
-            params = SamplingParams(
-                temperature=t, max_tokens=max_tokens, ignore_eos=True, **truncation
-            )
-            batch = prompts * (samples if t > 0 else 1)
-            before = spec_metrics(llm)
-            start = time.perf_counter()
-            llm.generate(batch, params, use_tqdm=False)
-            row: dict[str, Any] = {
-                "method": method,
-                "draft_sample_method": draft,
-                "rejection_sample_method": rejection,
-                "runner": runner,
-                "temperature": t,
-                **truncation,
-            }
-            row.update(acceptance(diff_metrics(before, spec_metrics(llm))))
-            row["wall_s"] = round(time.perf_counter() - start, 2)
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+        tags = {
+            "method": method,
+            "draft_sample_method": draft,
+            "rejection_sample_method": rejection,
+            "runner": runner,
+        }
+        return measure_temperatures(llm, prompts, temperatures, max_tokens, samples, tags)
     finally:
         with contextlib.suppress(Exception):
             llm.llm_engine.engine_core.shutdown()
         del llm
         gc.collect()
-    return rows
 
 
 def table(rows: list[dict[str, Any]]) -> str:
