@@ -401,10 +401,12 @@ def translate_speculative_config(
     extra[ADDITIONAL_CONFIG_KEY] = {**asdict(options), "num_speculative_tokens": k}
     engine_args.additional_config = extra
     logger.info(
-        "frozen_kv_mtp: assistant %s, %s, target %s (drafting from one seed row per "
-        "request over the target's read-only KV)",
+        "frozen_kv_mtp: assistant %s, %s, %s drafts, %s verification, target %s "
+        "(drafting from one seed row per request over the target's read-only KV)",
         model,
         describe_draft_length(policy, k, schedule),
+        "sampled" if cfg.get("draft_sample_method") == "probabilistic" else "greedy",
+        cfg.get("rejection_sample_method", "standard"),
         getattr(target_model_config, "model", "?"),
     )
     return Translation(options=options, num_speculative_tokens=k)

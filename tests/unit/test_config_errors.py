@@ -481,6 +481,23 @@ def test_draft_sample_method_passes_to_vllm(fp32: tuple[str, str], value: str) -
     assert cfg.speculative_config.draft_sample_method == value
 
 
+def test_startup_log_names_the_draft_and_verification_methods(
+    fp32: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import vllm_frozen_kv_mtp.config as config
+
+    # vLLM reconfigures its loggers while it builds a config, so read the calls instead
+    lines: list[str] = []
+    monkeypatch.setattr(config.logger, "info", lambda msg, *a: lines.append(msg % a))
+    target, assistant = fp32
+    _engine_config(target, _spec(assistant, draft_sample_method="probabilistic"))
+    _engine_config(target, _spec(assistant))
+    lines = [line for line in lines if line.startswith("frozen_kv_mtp: assistant")]
+    assert len(lines) == 2, lines
+    assert "sampled drafts, standard verification" in lines[0]
+    assert "greedy drafts, standard verification" in lines[1]
+
+
 def test_greedy_drafts_are_the_default_on_every_runner(fp32: tuple[str, str]) -> None:
     """Sampled drafts are opt-in on both runners: they cost draft-logit memory and
     full-vocabulary logits every draft step, which greedy-only traffic should not pay."""
