@@ -153,14 +153,22 @@ def kept_rows(path: Path, meta: dict[str, Any], measured: list[str]) -> list[dic
     ]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def add_run_args(ap: argparse.ArgumentParser, samples: int) -> None:
+    """The flags every acceptance benchmark takes (this one and ``bench.acceptance_gpu``)."""
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--temperatures", default="0,0.7,1.0")
     ap.add_argument(
-        "--samples", type=int, default=1, help="passes over the prompts at each temperature > 0"
+        "--samples",
+        type=int,
+        default=samples,
+        help="passes over the prompts at each temperature > 0",
     )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_run_args(ap, samples=1)
     ap.add_argument(
         "--assistant",
         action="append",

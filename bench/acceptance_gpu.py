@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.acceptance_cpu import measure_temperatures
-from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
+from bench.acceptance_cpu import add_run_args, measure_temperatures
+from vllm_frozen_kv_mtp.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
 
 #: (method, draft_sample_method, rejection_sample_method)
 VARIANTS = (
@@ -56,11 +56,11 @@ def measure(
     from vllm_frozen_kv_mtp.demo import tiny_llm
 
     method, draft, rejection = variant
-    target, _ = trained_pair_paths()
+    target, assistant_dir = trained_pair_paths(assistant=assistant)
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
     spec = {
         "method": method,
-        "model": assistant,
+        "model": str(assistant_dir),
         "num_speculative_tokens": k,
         "draft_sample_method": draft,
         "rejection_sample_method": rejection,
@@ -114,18 +114,25 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def parse_variants(text: str) -> list[tuple[str, str, str]]:
+    """``method:draft:rejection,...``, checked before any engine starts."""
+    out = []
+    for item in text.split(","):
+        parts = item.split(":")
+        if len(parts) != 3:
+            raise SystemExit(f"--variants: {item!r} is not method:draft:rejection")
+        out.append((parts[0], parts[1], parts[2]))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--temperatures", default="0,0.7,1.0")
-    ap.add_argument(
-        "--samples", type=int, default=4, help="passes over the prompts at each temperature > 0"
-    )
+    add_run_args(ap, samples=4)
     ap.add_argument(
         "--assistant",
-        default=None,
-        help="assistant directory (default: the committed trained pair's assistant)",
+        default="greedy-distilled",
+        choices=list(ASSISTANTS),
+        help="which committed assistant of the trained target",
     )
     ap.add_argument(
         "--variants",
@@ -139,22 +146,17 @@ def main() -> None:
 
     vllm_frozen_kv_mtp.register()  # in-process engines on a host without the entry point
     temperatures = [float(t) for t in args.temperatures.split(",")]
-    variants = (
-        list(VARIANTS)
-        if args.variants == "all"
-        else [tuple(v.split(":")) for v in args.variants.split(",")]
-    )
-    assistant = args.assistant or str(trained_pair_paths()[1])
+    variants = list(VARIANTS) if args.variants == "all" else parse_variants(args.variants)
     rows: list[dict[str, Any]] = []
     for variant in variants:
-        if len(variant) != 3:
-            raise SystemExit(f"--variants: {':'.join(variant)!r} is not method:draft:rejection")
-        rows += measure(variant, assistant, temperatures, args.k, args.max_tokens, args.samples)  # type: ignore[arg-type]
+        rows += measure(
+            variant, args.assistant, temperatures, args.k, args.max_tokens, args.samples
+        )
     import vllm
 
     meta = {
         "pair": "trained",
-        "assistant": os.path.relpath(assistant),
+        "assistant": args.assistant,
         "vllm": vllm.__version__,
         "k": args.k,
         "max_tokens": args.max_tokens,
