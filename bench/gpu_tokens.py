@@ -223,17 +223,26 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     eng = Engine(args)
     rng = random.Random(0)
 
+    temperature = 0.0
+
     def params(n: int) -> Any:
-        return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
+        # Gemma 4's recommended sampling at T > 0; greedy at T = 0
+        sampled = dict(top_p=0.95, top_k=64) if temperature > 0 else {}
+        return SamplingParams(
+            temperature=temperature, max_tokens=n, ignore_eos=True, detokenize=False, **sampled
+        )
 
     settings: list[int | str] = [0]
     if eng.sweep:
         settings = [*range(1, eng.k_max + 1)]
+        if args.pin:
+            settings = [int(k) for k in args.pin.split(",")]
         if eng.method == "frozen_kv_mtp":
             settings += [x for x in ("auto", "schedule") if x in args.policies.split(",")]
     elif eng.method != "none":
         settings = [eng.k_max]
     profiles = args.profiles.split(",") if eng.method != "none" else ["-"]
+    temperatures = [float(t) for t in args.temperatures.split(",")]
     rows: list[dict[str, Any]] = []
     n_prompt = args.prompt_len
     for c in [int(x) for x in args.concurrency.split(",")]:
@@ -245,7 +254,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         t = time.perf_counter()
         eng.llm.generate(batch, params(1), use_tqdm=False)
         prefill = time.perf_counter() - t
-        for profile in profiles:
+        for temperature, profile in [(t, p) for t in temperatures for p in profiles]:
             if profile != "-":
                 eng.set_profile(profile)
             for setting in settings:
@@ -280,6 +289,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "k": eng.k_max if isinstance(setting, str) else setting,
                     "concurrency": c,
                     "profile": profile,
+                    "temperature": temperature,
                     "decode_tok_s": round(c * (args.tokens - 1) / decode, 1),
                     "mean_acceptance_length": round(1 + accepted / drafts, 3) if drafts else 1.0,
                     "step_ms": round(1000 * decode / steps, 3),
@@ -304,6 +314,11 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                     row["mean_k"] = round(sum(k * n for k, n in counts.items()) / total, 2)
                 if eng.graph_modes:
                     row["verify_graph_modes"] = dict(sorted(eng.graph_modes.items()))
+                if args.trace:
+                    try:
+                        row["trace"] = trace_one_run(eng, batch, params(args.tokens))
+                    except Exception as e:  # a diagnostic: the row stands without it
+                        row["trace"] = {"error": repr(e)[:300]}
                 stats = getattr(_drafter(eng), "frozen_stats", None)
                 if stats is not None:
                     row["graph_misses"] = stats.graph_misses
@@ -313,6 +328,48 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                     f.write(json.dumps(row) + "\n")
         eng.set_k("auto")
     return rows
+
+
+#: CPU ops that block the host until the device catches up
+HOST_WAITS = ("aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::equal")
+
+
+def trace_one_run(eng: Engine, batch: Any, params: Any, top: int = 12) -> dict[str, Any]:
+    """One more run of the row under the torch profiler: GPU kernel time per step (what
+    the device did) next to the step time (what the host waited), kernel and graph
+    launches per step (eager or replayed), and the kernels that took the most time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    s0 = eng.steps
+    t = time.perf_counter()
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        eng.llm.generate(batch, params, use_tqdm=False)
+        if cuda:
+            torch.cuda.synchronize()
+    wall = time.perf_counter() - t
+    steps = max(eng.steps - s0, 1)
+    kernels: Counter[str] = Counter()
+    launches: Counter[str] = Counter()
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[ev.name[:90]] += (
+                ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+            )
+        elif ev.name.startswith("cu") or ev.name in HOST_WAITS:
+            launches[ev.name] += 1  # runtime calls and the ops that wait for the device
+    gpu_us = sum(kernels.values())
+    return {
+        "steps": steps,
+        "wall_ms_per_step": round(1000 * wall / steps, 3),
+        "gpu_ms_per_step": round(gpu_us / 1000 / steps, 3),
+        "calls_per_step": {k: round(v / steps, 1) for k, v in sorted(launches.items())},
+        "top_kernels_ms_per_step": [
+            [name, round(us / 1000 / steps, 4)] for name, us in kernels.most_common(top)
+        ],
+    }
 
 
 def _drafter(eng: Engine) -> Any:
@@ -337,6 +394,7 @@ def best_static(rows: list[dict[str, Any]], method: str) -> dict[tuple[str, str,
 
 
 def report(rows: list[dict[str, Any]]) -> str:
+    rows = [r for r in rows if not r.get("temperature")]  # greedy requests
     none = {(r["model"], r["concurrency"]): r for r in rows if r["method"] == "none"}
     mtp4 = {
         (r["model"], r["profile"], r["concurrency"]): r
@@ -447,6 +505,15 @@ def main() -> None:
         p.add_argument("--target", help="a local target dir instead of the dummy shape")
         p.add_argument("--assistant", help="its assistant")
         p.add_argument("--no-synthetic", action="store_true")
+        p.add_argument(
+            "--temperatures",
+            default="0",
+            help="request temperatures, e.g. 0,1 (T > 0 adds top_p 0.95, top_k 64)",
+        )
+        p.add_argument("--pin", help="sweep engines: the k to pin, e.g. 0,4,7 (default 1..k_max)")
+        p.add_argument(
+            "--trace", action="store_true", help="profile one more run per row (kernel times)"
+        )
     rp = sub.add_parser("report")
     rp.add_argument("jsonl", help="rows: JSON lines, or a JSON list")
     rp.add_argument("--json", help="also write the rows as a JSON list here")

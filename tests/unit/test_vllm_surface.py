@@ -67,7 +67,11 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
     ),
     "vllm.v1.worker.gpu.dp_utils.DPSyncState": ("num_reqs", "num_tokens_across_dp", "eager"),
     "vllm.v1.worker.gpu.cudagraph_utils.BatchExecutionDescriptor": (
-        "num_tokens", "num_reqs", "cg_mode",
+        "num_tokens", "num_reqs", "cg_mode", "uniform_token_count", "num_active_loras",
+        "num_ubatches",
+    ),
+    "vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager": (
+        "_init_candidates", "_candidates", "_capture_descs", "vllm_config", "dispatch",
     ),
     "vllm.config.compilation.CUDAGraphMode": ("FULL", "NONE"),
     "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils"
@@ -188,6 +192,15 @@ _mirror(
     {
         "0.32.0": "df16bc9f86428eebe6e1e6dc590c32fe63445adfcb255445ed7c58c38c9149d7",
         "0.33.0": "df16bc9f86428eebe6e1e6dc590c32fe63445adfcb255445ed7c58c38c9149d7",
+    },
+)  # fmt: skip
+_mirror(
+    "vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager", "_init_candidates",
+    "patches/graph_candidates.py relies on it: candidates keyed (token count, LoRA case), "
+    "FULL descriptors ahead of PIECEWISE ones, _capture_descs by mode",
+    {
+        "0.32.0": "b002dfdf6e851b003f0da75c0129dc0b5356363f7a5f75764966a9d901cd5153",
+        "0.33.0": "b002dfdf6e851b003f0da75c0129dc0b5356363f7a5f75764966a9d901cd5153",
     },
 )  # fmt: skip
 _mirror(

@@ -92,17 +92,33 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
          ``LogitsProcessor`` would serve every Gemma model (and no speculation).
    Remove when: vLLM soft-caps logits in one pass.
 --------------------------------------------------------------------------
+6. ``vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager._init_candidates``
+   (Model Runner V2, k that varies: ``"auto"`` or a batch-size schedule)
+   Why:  vLLM captures a FULL graph per (batch bucket, query length) when k varies,
+         but gives each token count the graphs of the smallest captured size at or
+         above it only. A uniform batch whose length has no graph at that size runs
+         eagerly although a larger graph of its length exists: 1 request verifying 4
+         drafts (5 tokens) finds the 8-token graphs of lengths 1, 2, 4 and 8 and runs
+         eager. Every batch size that is not a captured one hits this, so an engine
+         that may change k paid eager steps a fixed-k engine never does.
+   How:  after vLLM builds the candidates, each token count also gets the smallest
+         FULL graph of every other query length that fits (ahead of piecewise ones);
+         ``_is_compatible`` still decides. Only in frozen_kv_mtp engines.
+   Upstream: not filed in vllm-project/vllm yet (v1/worker/gpu/cudagraph_utils.py,
+         ``_init_candidates`` groups candidates by token count alone).
+   Remove when: vLLM's candidates cover every captured query length per token count.
+--------------------------------------------------------------------------
 Load-time changes (applied by our drafter to objects of its own engine, when it
 loads; ``Patch.apply`` is None and ``Patch.applied_by`` names the function):
 --------------------------------------------------------------------------
-6. ``vllm.model_executor.layers.logits_processor.LogitsProcessor._frozen_kv_mtp_target_softcap``
+7. ``vllm.model_executor.layers.logits_processor.LogitsProcessor._frozen_kv_mtp_target_softcap``
    Why:  patch 5 must act on this engine's target only, not on the drafter's
          head or on another engine in the same process.
    How:  ``kernels.softcap_kernel.mark_target_logits`` sets the attribute on the
          target's soft-capped ``LogitsProcessor`` instances at drafter load.
    Upstream: goes with patch 5.  Remove when: patch 5 goes.
 --------------------------------------------------------------------------
-7. ``vllm.v1.attention.backends.triton_attn.TritonAttentionMetadataBuilder.seq_threshold_3D``
+8. ``vllm.v1.attention.backends.triton_attn.TritonAttentionMetadataBuilder.seq_threshold_3D``
    (Model Runner V2, option ``sliding_split_kv_max_rows``, TRITON_ATTN only)
    Why:  vLLM picks split-KV ("3D") attention for batches up to a threshold sized
          for the target; the drafter's one-row batches over a sliding window can
@@ -112,7 +128,7 @@ loads; ``Patch.apply`` is None and ``Patch.applied_by`` names the function):
          the scratch buffers were sized for vLLM's value). Default -1: untouched.
    Upstream: not filed.  Remove when: the option is removed or vLLM exposes it.
 --------------------------------------------------------------------------
-8. ``vllm.v1.attention.backends.triton_attn.TritonAttentionImpl.__class__`` (per layer ``impl``)
+9. ``vllm.v1.attention.backends.triton_attn.TritonAttentionImpl.__class__`` (per layer ``impl``)
    (Model Runner V2, opt-in ``draft_attention="split"``, TRITON_ATTN only)
    Why:  the drafter's one-row decode batches read long prefixes with few rows;
          a split decode kernel spreads them over more SMs.
@@ -131,7 +147,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from vllm_frozen_kv_mtp.patches import cpu_expand, drafter_dispatch, front_end, target_softcap
+from vllm_frozen_kv_mtp.patches import (
+    cpu_expand,
+    drafter_dispatch,
+    front_end,
+    graph_candidates,
+    target_softcap,
+)
 from vllm_frozen_kv_mtp.patches.import_hooks import when_imported
 from vllm_frozen_kv_mtp.patches.state import TARGET_SOFTCAP_ATTR, enable_frozen_runtime_fixes
 
@@ -216,6 +238,17 @@ PATCHES: tuple[Patch, ...] = (
         upstream="not filed in vllm-project/vllm yet (a one-pass soft-cap would serve every Gemma)",
         remove_when="vLLM soft-caps logits in one pass",
         apply=target_softcap._patch_one_pass_softcap,
+    ),
+    Patch(
+        module="vllm.v1.worker.gpu.cudagraph_utils",
+        symbol="CudaGraphManager._init_candidates",
+        why="when k varies, a uniform decode batch whose token count falls where its "
+        "query length has no captured size ran eagerly though a larger FULL graph of "
+        "that length exists; add those graphs to every token count's candidates",
+        upstream="not filed in vllm-project/vllm yet (v1/worker/gpu/cudagraph_utils.py "
+        "_init_candidates groups candidates by token count alone)",
+        remove_when="vLLM's candidates cover every captured query length per token count",
+        apply=graph_candidates._patch_uniform_graph_candidates,
     ),
     Patch(
         module="vllm.model_executor.layers.logits_processor",

@@ -1,0 +1,94 @@
+"""Patch 6: with k varying, every uniform decode batch dispatches to a FULL graph.
+
+Runs vLLM's own ``CudaGraphManager._init_candidates`` and ``dispatch`` (no GPU: the
+manager is built without capturing anything) on the capture sizes a variable-k engine
+gets, before and after :func:`add_uniform_fallbacks`.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+cg = pytest.importorskip("vllm.v1.worker.gpu.cudagraph_utils")
+from vllm.config.compilation import CUDAGraphMode  # noqa: E402
+
+from vllm_frozen_kv_mtp.config import graph_capture_schedule  # noqa: E402
+from vllm_frozen_kv_mtp.patches.graph_candidates import add_uniform_fallbacks  # noqa: E402
+
+
+def _manager(sizes: list[int], max_reqs: int, k_max: int, dynamic: bool = True) -> Any:
+    """vLLM's manager with its candidates built by vLLM's (unpatched) method."""
+    spec = SimpleNamespace(
+        num_speculative_tokens_per_batch_size=graph_capture_schedule(k_max) if dynamic else None,
+        uses_dynamic_speculative_decoding=lambda: dynamic,
+    )
+    mgr = object.__new__(cg.CudaGraphManager)
+    mgr.vllm_config = SimpleNamespace(
+        speculative_config=spec,
+        num_speculative_tokens=k_max,
+        cache_config=SimpleNamespace(use_kda_recoverssm=False),
+        parallel_config=SimpleNamespace(),
+    )
+    mgr.compilation_config = SimpleNamespace(
+        cudagraph_capture_sizes=sizes, max_cudagraph_capture_size=max(sizes)
+    )
+    mgr.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    mgr.max_num_reqs = max_reqs
+    mgr.decode_query_len = k_max + 1
+    mgr.varlen_decode = False
+    mgr.lora_capture_cases = [0]
+    mgr.ubatch_runner = None
+    mgr._candidates = {}
+    mgr._capture_descs = {}
+    init = cg.CudaGraphManager._init_candidates
+    getattr(init, "__wrapped__", init)(mgr)
+    mgr._graphs_captured = True
+    return mgr
+
+
+def _eager_batches(mgr: Any, max_reqs: int, query_lens: range) -> list[tuple[int, int]]:
+    """(requests, query length) of uniform decode batches that get no FULL graph."""
+    return [
+        (n, q)
+        for q in query_lens
+        for n in range(1, max_reqs + 1)
+        if mgr.dispatch(n, n * q, q, 0).cg_mode != CUDAGraphMode.FULL
+    ]
+
+
+def test_every_uniform_batch_gets_a_full_graph_when_k_varies() -> None:
+    k_max, conc = 7, (8, 32)
+    sizes = sorted({c * (k + 1) for c in conc for k in range(k_max + 1)})
+    mgr = _manager(sizes, max(conc), k_max)
+    before = _eager_batches(mgr, max(conc), range(1, k_max + 2))
+    # vLLM alone: e.g. 1 request verifying 4 drafts (5 tokens) finds only the 8-token
+    # graphs of lengths 1, 2, 4 and 8
+    assert (1, 5) in before and len(before) > 50
+    added = add_uniform_fallbacks(mgr._candidates, mgr._capture_descs, CUDAGraphMode.FULL)
+    assert added > 0
+    assert _eager_batches(mgr, max(conc), range(1, k_max + 2)) == []
+    # the smallest graph of the batch's length that fits: 5 tokens -> 10 (2 requests)
+    desc = mgr.dispatch(1, 5, 5, 0)
+    assert (desc.num_tokens, desc.num_reqs, desc.uniform_token_count) == (10, 2, 5)
+    # non-uniform batches keep vLLM's choice (no FULL graph of a query length)
+    assert mgr.dispatch(3, 10, None, 0).cg_mode != CUDAGraphMode.FULL
+
+
+def test_default_capture_sizes_and_schedules() -> None:
+    """vLLM's default sizes (1, 2, 4, 8, then steps of 8) and a 4-draft ceiling."""
+    k_max, max_reqs = 4, 64
+    sizes = [1, 2, 4] + list(range(8, 8 * 64 + 1, 8))
+    mgr = _manager(sizes, max_reqs, k_max)
+    assert _eager_batches(mgr, max_reqs, range(1, k_max + 2))
+    add_uniform_fallbacks(mgr._candidates, mgr._capture_descs, CUDAGraphMode.FULL)
+    assert _eager_batches(mgr, max_reqs, range(1, k_max + 2)) == []
+
+
+def test_fixed_k_is_left_alone() -> None:
+    mgr = _manager([1, 2, 4, 8, 16, 32, 64, 128], 32, 3, dynamic=False)
+    before = {k: list(v) for k, v in mgr._candidates.items()}
+    assert add_uniform_fallbacks(mgr._candidates, mgr._capture_descs, CUDAGraphMode.FULL) == 0
+    assert mgr._candidates == before

@@ -1,0 +1,69 @@
+"""Patch body: every uniform decode batch finds its FULL CUDA graph when k varies.
+
+``CudaGraphManager._init_candidates`` gives each token count the graphs of the smallest
+captured size at or above it, and no others. With one query length (a fixed k) that
+size always holds a graph of that length. When k varies (``"auto"`` or a batch-size
+schedule), the graphs captured for the other query lengths sit at other sizes: 5
+requests verifying 1 draft (10 tokens) find only the 16-token graphs of lengths 1, 2,
+4 and 8, none of length 2, and run eagerly although a 12-token graph of length 2
+exists. Those eager steps are the tail of every batch whose size is not a captured
+one. Here each token count also gets, for every other query length, the smallest FULL
+graph of that length that fits, ahead of the piecewise candidates.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from types import ModuleType
+from typing import Any
+
+from vllm_frozen_kv_mtp.patches.state import MARK
+
+
+def _patch_uniform_graph_candidates(mod: ModuleType) -> None:
+    cls = mod.CudaGraphManager
+    original = cls._init_candidates
+    if getattr(original, MARK, False):
+        return
+
+    @functools.wraps(original)
+    def _init_candidates(self: Any) -> None:
+        original(self)
+        from vllm_frozen_kv_mtp.config import options_from_vllm_config
+
+        if options_from_vllm_config(self.vllm_config) is not None:
+            add_uniform_fallbacks(self._candidates, self._capture_descs, mod.CUDAGraphMode.FULL)
+
+    setattr(_init_candidates, MARK, True)
+    cls._init_candidates = _init_candidates
+
+
+def add_uniform_fallbacks(
+    candidates: dict[tuple[int, int], list[Any]], capture_descs: dict[Any, list[Any]], full: Any
+) -> int:
+    """Give each (token count, LoRA case) key the smallest FULL graph of every uniform query
+    length its list lacks; returns how many were added. Pure: tested on CPU."""
+    by_shape: dict[tuple[int, int, int], list[Any]] = defaultdict(list)
+    for d in capture_descs.get(full, []):
+        if d.uniform_token_count is not None:
+            by_shape[d.uniform_token_count, d.num_active_loras, d.num_ubatches].append(d)
+    if len({u for u, _, _ in by_shape}) < 2:
+        return 0  # one query length: vLLM's candidates already cover it
+    for descs in by_shape.values():
+        descs.sort(key=lambda d: d.num_tokens)
+    added = 0
+    for (num_tokens, loras), cands in candidates.items():
+        present = {(d.uniform_token_count, d.num_ubatches) for d in cands if d.cg_mode == full}
+        extra = []
+        for (u, lora_case, ubatches), descs in by_shape.items():
+            if lora_case != loras or (u, ubatches) in present:
+                continue
+            fit = next((d for d in descs if d.num_tokens >= num_tokens), None)
+            if fit is not None:
+                extra.append(fit)
+        if extra:
+            n_full = sum(1 for d in cands if d.cg_mode == full)  # FULL entries lead
+            cands[n_full:n_full] = sorted(extra, key=lambda d: d.num_tokens)
+            added += len(extra)
+    return added
