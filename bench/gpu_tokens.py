@@ -442,21 +442,26 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 
 def variable_k_tax(rows: list[dict[str, Any]]) -> str:
-    """Step time of a static k=4 engine (upstream mtp) next to k=4 and k=k_max pinned in
-    the engine built for every k (frozen:sweep): what an engine that may change k pays."""
+    """Step time of a static k=4 engine (frozen_kv_mtp's if measured, else upstream mtp's)
+    next to k=4 and k=k_max pinned in the engine built for every k (frozen:sweep): what an
+    engine that may change k pays."""
+    rows = [r for r in rows if not r.get("temperature")]
 
     def index(engine: str, k: int) -> dict[tuple[str, str, int], Any]:
         return {
             (r["model"], r["profile"], r["concurrency"]): r
             for r in rows
-            if r.get("engine") == engine and r["k"] == k and r.get("pinned") == (engine != "mtp:4")
+            if r.get("engine") == engine
+            and r["k"] == k
+            and r.get("pinned") == (engine == "frozen:sweep")
         }
 
-    static = index("mtp:4", 4)
+    static_engine = "frozen:4" if index("frozen:4", 4) else "mtp:4"
+    static = index(static_engine, 4)
     k_max = max((r["k"] for r in rows if r.get("engine") == "frozen:sweep"), default=0)
     pinned4, pinned_max = index("frozen:sweep", 4), index("frozen:sweep", k_max)
     out = [
-        f"| model | profile | c | mtp k=4, static engine | frozen k=4, variable-k engine "
+        f"| model | profile | c | {static_engine}, static engine | frozen k=4, variable-k engine "
         f"| frozen k={k_max}, variable-k engine |",
         "|---|---|---|---|---|---|",
     ]
