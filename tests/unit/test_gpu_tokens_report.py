@@ -1,0 +1,58 @@
+"""``python -m bench.gpu_tokens report``: the tables BENCHMARKS.md quotes, from rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.gpu_tokens import report, variable_k_tax
+
+
+def _row(
+    engine: str, method: str, k: int, tok_s: float, step_ms: float, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "model": "E4B",
+        "engine": engine,
+        "method": method,
+        "k": k,
+        "concurrency": 32,
+        "profile": "chat",
+        "temperature": 0.0,
+        "decode_tok_s": tok_s,
+        "step_ms": step_ms,
+        "pinned": engine == "frozen:sweep" and method == "frozen_kv_mtp",
+        **kw,
+    }
+
+
+ROWS = [
+    {**_row("none", "none", 0, 5000.0, 6.0), "profile": "-"},
+    _row("mtp:4", "mtp", 4, 8800.0, 9.3),
+    _row("frozen:4", "frozen_kv_mtp", 4, 9500.0, 8.9),
+    _row("frozen:sweep", "frozen_kv_mtp", 4, 9800.0, 8.5),
+    _row("frozen:sweep", "frozen_kv_mtp", 7, 9600.0, 9.2),
+    _row("frozen:sweep", "frozen_kv_mtp:auto", 7, 12000.0, 6.9, mean_k=3.5),
+    # a sampled-request row of the same engine must not enter the greedy tables
+    _row("frozen:sweep", "frozen_kv_mtp", 4, 1.0, 99.0, temperature=1.0),
+]
+
+
+def test_report_ratios_use_greedy_rows_and_the_best_pinned_k() -> None:
+    line = next(x for x in report(ROWS).splitlines() if x.startswith("| E4B | chat | 32 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3:7] == ["5000", "8800", "-", "9800 (k=4)"]
+    assert cells[8] == "12000 (3.5)"
+    assert cells[9:] == ["2.40", "1.22", "1.36"]
+
+
+def test_variable_k_tax_compares_with_the_static_frozen_engine() -> None:
+    text = variable_k_tax(ROWS)
+    assert "frozen:4, static engine" in text
+    assert "| E4B | chat | 32 | 8.90 | 8.50 (0.96x) | 9.20 (1.03x) |" in text
+
+
+def test_variable_k_tax_falls_back_to_upstream_mtp() -> None:
+    rows = [r for r in ROWS if r["engine"] != "frozen:4"]
+    text = variable_k_tax(rows)
+    assert "mtp:4, static engine" in text
+    assert "| E4B | chat | 32 | 9.30 | 8.50 (0.91x) | 9.20 (0.99x) |" in text
