@@ -97,10 +97,11 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
    Why:  vLLM captures a FULL graph per (batch bucket, query length) when k varies,
          but gives each token count the graphs of the smallest captured size at or
          above it only. A uniform batch whose length has no graph at that size runs
-         eagerly although a larger graph of its length exists: 1 request verifying 4
-         drafts (5 tokens) finds the 8-token graphs of lengths 1, 2, 4 and 8 and runs
-         eager. Every batch size that is not a captured one hits this, so an engine
-         that may change k paid eager steps a fixed-k engine never does.
+         without a FULL graph (piecewise, or eager without torch.compile) although a
+         larger graph of its length exists: 1 request verifying 4 drafts (5 tokens)
+         finds only the 8-token graphs of lengths 1, 2, 4 and 8. Every batch size
+         that is not a captured one hits this, so an engine that may change k paid
+         slow steps a fixed-k engine never does.
    How:  after vLLM builds the candidates, each token count also gets the smallest
          FULL graph of every other query length that fits (ahead of piecewise ones);
          ``_is_compatible`` still decides. Only in frozen_kv_mtp engines.
@@ -243,8 +244,8 @@ PATCHES: tuple[Patch, ...] = (
         module="vllm.v1.worker.gpu.cudagraph_utils",
         symbol="CudaGraphManager._init_candidates",
         why="when k varies, a uniform decode batch whose token count falls where its "
-        "query length has no captured size ran eagerly though a larger FULL graph of "
-        "that length exists; add those graphs to every token count's candidates",
+        "query length has no captured size ran without a FULL graph though a larger one "
+        "of that length exists; add those graphs to every token count's candidates",
         upstream="not filed in vllm-project/vllm yet (v1/worker/gpu/cudagraph_utils.py "
         "_init_candidates groups candidates by token count alone)",
         remove_when="vLLM's candidates cover every captured query length per token count",

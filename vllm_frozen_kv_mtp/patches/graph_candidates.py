@@ -3,12 +3,13 @@
 ``CudaGraphManager._init_candidates`` gives each token count the graphs of the smallest
 captured size at or above it, and no others. With one query length (a fixed k) that
 size always holds a graph of that length. When k varies (``"auto"`` or a batch-size
-schedule), the graphs captured for the other query lengths sit at other sizes: 5
-requests verifying 1 draft (10 tokens) find only the 16-token graphs of lengths 1, 2,
-4 and 8, none of length 2, and run eagerly although a 12-token graph of length 2
-exists. Those eager steps are the tail of every batch whose size is not a captured
-one. Here each token count also gets, for every other query length, the smallest FULL
-graph of that length that fits, ahead of the piecewise candidates.
+schedule), the graphs of the other query lengths sit at other sizes: 1 request verifying
+4 drafts (5 tokens) finds only the 8-token graphs of lengths 1, 2, 4 and 8, and runs
+without a FULL graph (piecewise, or eager without torch.compile) although a 10-token
+graph of length 5 exists. That happens to every batch whose
+size is not a captured one: the tail of a batch as requests finish, and any load
+between buckets. Here each token count also gets, for every other query length, the
+smallest FULL graph of that length that fits, ahead of the piecewise candidates.
 """
 
 from __future__ import annotations
