@@ -6,10 +6,10 @@ size always holds a graph of that length. When k varies (``"auto"`` or a batch-s
 schedule), the graphs of the other query lengths sit at other sizes: 1 request verifying
 4 drafts (5 tokens) finds only the 8-token graphs of lengths 1, 2, 4 and 8, and runs
 without a FULL graph (piecewise, or eager without torch.compile) although a 10-token
-graph of length 5 exists. That happens to every batch whose
-size is not a captured one: the tail of a batch as requests finish, and any load
-between buckets. Here each token count also gets, for every other query length, the
-smallest FULL graph of that length that fits, ahead of the piecewise candidates.
+graph of length 5 exists. That happens to every batch whose size is not a captured one:
+the tail of a batch as requests finish, and any load between buckets. Here each token
+count also gets, for every other query length, the smallest FULL graph of that length
+that fits, ahead of the piecewise candidates.
 """
 
 from __future__ import annotations
