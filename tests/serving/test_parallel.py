@@ -24,8 +24,6 @@ from vllm_frozen_kv_mtp.serving.openai_server import ServerProcess, start_server
 
 pytestmark = pytest.mark.serving
 
-#: two processes share this machine's cores: no pinning, no busy-waiting
-SHARED_CORES = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_WAIT_POLICY": "PASSIVE"}
 PARALLEL = {"dp2": "--data-parallel-size", "tp2": "--tensor-parallel-size"}
 
 
@@ -52,8 +50,9 @@ def parallel(
         log_path=tmp_path_factory.mktemp(request.param) / "server.log",
         spec=spec_config(assistant),
         chat_template=CHAT_TEMPLATE,
+        # two processes share the cores: tests/conftest.py already turned pinning and
+        # busy-waiting off in the environment the server inherits
         extra=[PARALLEL[request.param], "2"],
-        env=SHARED_CORES,
     )
     try:
         server.wait_ready(timeout=600)
