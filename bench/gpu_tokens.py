@@ -236,13 +236,13 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     if eng.sweep:
         settings = [*range(1, eng.k_max + 1)]
         if args.pin:
-            settings = [int(k) for k in args.pin.split(",")]
+            settings = list(args.pin)
         if eng.method == "frozen_kv_mtp":
             settings += [x for x in ("auto", "schedule") if x in args.policies.split(",")]
     elif eng.method != "none":
         settings = [eng.k_max]
     profiles = args.profiles.split(",") if eng.method != "none" else ["-"]
-    temperatures = [float(t) for t in args.temperatures.split(",")]
+    temperatures = args.temperatures
     rows: list[dict[str, Any]] = []
     n_prompt = args.prompt_len
     for c in [int(x) for x in args.concurrency.split(",")]:
@@ -475,6 +475,28 @@ def variable_k_tax(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _ks(text: str) -> list[int]:
+    """``--pin``: comma-separated draft lengths, each >= 0."""
+    try:
+        ks = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of k") from None
+    if min(ks) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: k must be >= 0")
+    return ks
+
+
+def _temperatures(text: str) -> list[float]:
+    """``--temperatures``: comma-separated request temperatures, each >= 0."""
+    try:
+        ts = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list") from None
+    if min(ts) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: temperatures must be >= 0")
+    return ts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -513,9 +535,14 @@ def main() -> None:
         p.add_argument(
             "--temperatures",
             default="0",
+            type=_temperatures,
             help="request temperatures, e.g. 0,1 (T > 0 adds top_p 0.95, top_k 64)",
         )
-        p.add_argument("--pin", help="sweep engines: the k to pin, e.g. 0,4,7 (default 1..k_max)")
+        p.add_argument(
+            "--pin",
+            type=_ks,
+            help="sweep engines: the k to pin, e.g. 0,4,7 (default 1..k_max)",
+        )
         p.add_argument(
             "--trace", action="store_true", help="profile one more run per row (kernel times)"
         )
@@ -523,6 +550,8 @@ def main() -> None:
     rp.add_argument("jsonl", help="rows: JSON lines, or a JSON list")
     rp.add_argument("--json", help="also write the rows as a JSON list here")
     args = ap.parse_args()
+    if args.cmd != "report" and args.pin and max(args.pin) > args.k_max:
+        ap.error(f"--pin {max(args.pin)} is above --k-max {args.k_max}")
     if args.cmd == "run":
         run_engine(args)
     elif args.cmd == "all":

@@ -1,10 +1,13 @@
-"""``python -m bench.gpu_tokens report``: the tables BENCHMARKS.md quotes, from rows."""
+"""``python -m bench.gpu_tokens``: the tables BENCHMARKS.md quotes, from rows, and its run flags."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
-from bench.gpu_tokens import report, variable_k_tax
+import pytest
+
+from bench.gpu_tokens import _ks, _temperatures, report, variable_k_tax
 
 
 def _row(
@@ -56,3 +59,11 @@ def test_variable_k_tax_falls_back_to_upstream_mtp() -> None:
     text = variable_k_tax(rows)
     assert "mtp:4, static engine" in text
     assert "| E4B | chat | 32 | 9.30 | 8.50 (0.91x) | 9.20 (0.99x) |" in text
+
+
+def test_run_flags_are_checked_before_any_engine_starts() -> None:
+    assert _ks("0,4,7") == [0, 4, 7]
+    assert _temperatures("0,1") == [0.0, 1.0]
+    for parse, bad in ((_ks, "0,x"), (_ks, "-1"), (_temperatures, "1,-1"), (_temperatures, "a")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(bad)
