@@ -393,6 +393,7 @@ def translate_speculative_config(
             'pass "one_pass" (the default) or "vllm".',
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
+    translated["draft_sample_method"] = draft_sample_method(cfg)
     translated.update(method="mtp", model=model, num_speculative_tokens=k)
     if schedule is not None:
         translated["num_speculative_tokens_per_batch_size"] = schedule
@@ -405,7 +406,9 @@ def translate_speculative_config(
         "(drafting from one seed row per request over the target's read-only KV)",
         model,
         describe_draft_length(policy, k, schedule),
-        "sampled" if cfg.get("draft_sample_method") == "probabilistic" else "greedy",
+        "greedy and sampled (per batch)"
+        if translated["draft_sample_method"] == "probabilistic"
+        else "greedy",
         cfg.get("rejection_sample_method", "standard"),
         getattr(target_model_config, "model", "?"),
     )
@@ -449,12 +452,21 @@ def _v1_runner_forced() -> bool:
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 
 
+def draft_sample_method(cfg: dict[str, Any]) -> str:
+    """The draft sampling asked for, or the plugin's default: "probabilistic" (vLLM's is
+    "greedy"). Both runners choose per batch: a batch of greedy requests drafts greedily
+    and pays nothing; a batch with a sampled request samples its drafts from the
+    assistant, which accepts more at temperature > 0. Synthetic acceptance reads no
+    draft probabilities, so it keeps greedy drafts."""
+    if "draft_sample_method" in cfg:
+        return str(cfg["draft_sample_method"])
+    return "greedy" if cfg.get("rejection_sample_method") == "synthetic" else "probabilistic"
+
+
 def _check_draft_sample_method(cfg: dict[str, Any]) -> None:
-    """Validate draft_sample_method. The default stays vLLM's "greedy": with the
-    committed trained pair, sampled drafts raise acceptance only at temperature > 0 and
-    cost k x vocab draft logits per request slot on both runners (V1: float32 per
-    scheduled request; Model Runner V2: a max_num_seqs x k x vocab buffer in the head's
-    dtype, allocated at start-up), which a greedy-only deployment should not pay."""
+    """Validate draft_sample_method. Sampled drafts cost k x vocab draft logits per
+    sampled request (V1: float32 per scheduled request; Model Runner V2: a max_num_seqs x
+    k x vocab buffer in the head's dtype, allocated at start-up and logged)."""
     method = cfg.get("draft_sample_method", "greedy")
     if method not in DRAFT_SAMPLE_METHODS:
         raise FrozenKVMTPConfigError(

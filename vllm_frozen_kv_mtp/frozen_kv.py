@@ -99,6 +99,9 @@ class DraftStats:
     rounds_by_k: dict[int, int] = dataclasses.field(default_factory=dict)
     #: V2 rounds at a k whose CUDA graph was not captured (ran eagerly instead)
     graph_misses: int = 0
+    #: rounds whose drafts were sampled from the assistant (a batch with a sampled
+    #: request, draft_sample_method "probabilistic"); the other rounds drafted greedily
+    sampled_rounds: int = 0
 
     def count_round(self, k: int) -> None:
         self.rounds_by_k[k] = self.rounds_by_k.get(k, 0) + 1

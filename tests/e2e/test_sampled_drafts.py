@@ -4,9 +4,9 @@ centroid head (the E2B/E4B assistants' kind).
 Greedy requests in a batch with sampled ones keep the output of no speculation; the
 centroid head's q is 0 outside the tokens its selected centroids hold, and every draft
 lies inside them; a seeded sampled request gives the same tokens alone and in a batch;
-the start-up log states the draft probabilities' memory. Model Runner V2 refuses sampled
-drafts when its drafter is built. That the target distribution is kept is
-tests/e2e/test_sampling_distribution.py's chi-square test.
+the start-up log states the draft probabilities' memory; sampled drafts are the default
+and are chosen per batch, so all-greedy batches draft greedily. That the target
+distribution is kept is tests/e2e/test_sampling_distribution.py's chi-square test.
 """
 
 from __future__ import annotations
@@ -60,12 +60,8 @@ def startup_log() -> list[str]:
 @pytest.fixture(scope="module")
 def sampled_llm(greedy_expected: list[list[int]], startup_log: list[str]) -> Iterator[Any]:
     target, assistant = pair(VARIANT)
-    spec = {
-        "method": "frozen_kv_mtp",
-        "model": assistant,
-        "num_speculative_tokens": K,
-        "draft_sample_method": "probabilistic",
-    }
+    # No draft_sample_method: sampled drafts ("probabilistic") are the plugin's default.
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
 
     class Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -121,6 +117,21 @@ def test_greedy_requests_in_a_mixed_batch_match_no_speculation(
     assert rec.steps
     after = spec_metrics(sampled_llm)
     assert after["num_accepted_tokens"] > before.get("num_accepted_tokens", 0)
+
+
+def test_all_greedy_batches_draft_greedily(sampled_llm: Any) -> None:
+    """Sampled drafts are chosen per batch (vLLM's ``all_greedy``): greedy traffic pays
+    no draft probabilities, and a batch with one sampled request samples."""
+    stats = drafter(sampled_llm).frozen_stats
+    rounds, sampled_rounds = stats.rounds, stats.sampled_rounds
+    greedy = [_params(i, sampled=False) for i in range(4)]
+    with DraftRecorder(sampled_llm) as rec:
+        sampled_llm.generate(PROMPTS[:4], greedy, use_tqdm=False)
+    assert not rec.steps
+    assert stats.rounds > rounds and stats.sampled_rounds == sampled_rounds
+    with DraftRecorder(sampled_llm) as rec:
+        sampled_llm.generate(PROMPTS[:4], greedy[:3] + [_params(3, sampled=True)], use_tqdm=False)
+    assert rec.steps and stats.sampled_rounds > sampled_rounds
 
 
 def test_centroid_q_is_zero_outside_the_selected_centroids(sampled_llm: Any) -> None:

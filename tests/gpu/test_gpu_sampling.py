@@ -97,9 +97,39 @@ def test_v2_greedy_requests_identical_with_sampling_options(runner: str, variant
         expected = outputs(llm.generate(prompts, greedy, use_tqdm=False))
     with engine(target, _spec(assistant, variant, k=3), **kw) as llm:
         alone = outputs(llm.generate(prompts, greedy, use_tqdm=False))
+        stats = drafter(llm).frozen_stats
+        greedy_rounds, sampled_alone = stats.rounds, stats.sampled_rounds
         mixed_params = [greedy if i % 2 == 0 else sampled for i in range(len(prompts))]
         mixed = outputs(llm.generate(prompts, mixed_params, use_tqdm=False))
-        stats = drafter(llm).frozen_stats
     assert alone == expected
     assert [m for i, m in enumerate(mixed) if i % 2 == 0] == expected[::2]
     assert stats.graph_misses == 0
+    assert greedy_rounds > 0
+    # All-greedy batches draft greedily, in graphs of their own, whatever the option.
+    assert sampled_alone == 0
+    assert (stats.sampled_rounds > 0) is (VARIANTS[variant][0] == "probabilistic")
+
+
+def test_v2_default_drafts_per_batch(runner: str) -> None:
+    """With no draft_sample_method, greedy batches draft greedily and batches with a
+    sampled request sample their drafts, in one engine (trained pair, fp32)."""
+    if runner != "v2":
+        pytest.skip("Model Runner V2's per-batch draft graphs")
+    from vllm import SamplingParams
+
+    target, assistant, prompts, extra = clear_margin_case("trained")
+    prompts = prompts[:8]
+    greedy = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+    sampled = SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True)
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 3}
+    with engine(target, spec, **GRAPH_KW, **extra) as llm:
+        assert llm.llm_engine.vllm_config.speculative_config.draft_sample_method == (
+            "probabilistic"
+        )
+        stats = drafter(llm).frozen_stats
+        llm.generate(prompts, greedy, use_tqdm=False)
+        assert stats.rounds > 0 and stats.sampled_rounds == 0
+        greedy_rounds = stats.rounds
+        llm.generate(prompts, sampled, use_tqdm=False)
+        assert stats.sampled_rounds == stats.rounds - greedy_rounds > 0
+        assert stats.graph_misses == 0

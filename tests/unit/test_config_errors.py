@@ -490,20 +490,30 @@ def test_startup_log_names_the_draft_and_verification_methods(
     lines: list[str] = []
     monkeypatch.setattr(config.logger, "info", lambda msg, *a: lines.append(msg % a))
     target, assistant = fp32
-    _engine_config(target, _spec(assistant, draft_sample_method="probabilistic"))
+    _engine_config(target, _spec(assistant, draft_sample_method="greedy"))
     _engine_config(target, _spec(assistant))
     lines = [line for line in lines if line.startswith("frozen_kv_mtp: assistant")]
     assert len(lines) == 2, lines
-    assert "sampled drafts, standard verification" in lines[0]
-    assert "greedy drafts, standard verification" in lines[1]
+    assert " greedy drafts, standard verification" in lines[0]
+    assert "greedy and sampled (per batch) drafts, standard verification" in lines[1]
 
 
-def test_greedy_drafts_are_the_default_on_every_runner(fp32: tuple[str, str]) -> None:
-    """Sampled drafts are opt-in on both runners: they cost draft-logit memory and
-    full-vocabulary logits every draft step, which greedy-only traffic should not pay."""
+def test_sampled_drafts_are_the_default_on_every_runner(fp32: tuple[str, str]) -> None:
+    """Both runners choose per batch (all-greedy batches draft greedily), so sampled
+    drafts cost greedy traffic nothing and are the default; vLLM's own is "greedy"."""
     target, assistant = fp32
     cfg = _engine_config(target, _spec(assistant))
-    assert cfg.speculative_config.draft_sample_method == "greedy"
+    assert cfg.speculative_config.draft_sample_method == "probabilistic"
+
+
+def test_synthetic_acceptance_keeps_greedy_drafts() -> None:
+    """Pure logic: synthetic acceptance reads no draft probabilities, so the default
+    there stays greedy (sampled drafts with it are refused below)."""
+    from vllm_frozen_kv_mtp.config import draft_sample_method
+
+    assert draft_sample_method({"rejection_sample_method": "synthetic"}) == "greedy"
+    assert draft_sample_method({"rejection_sample_method": "block"}) == "probabilistic"
+    assert draft_sample_method({"draft_sample_method": "greedy"}) == "greedy"
 
 
 def test_sampled_drafts_with_synthetic_acceptance_refused() -> None:

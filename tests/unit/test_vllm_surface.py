@@ -60,8 +60,16 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
     # V2 speculator: the target batch, the drafter's buffers, DP agreement, graph dispatch
     "vllm.v1.worker.gpu.input_batch.InputBatch": (
         "num_reqs", "query_start_loc", "positions", "seq_lens", "idx_mapping",
-        "seq_lens_cpu_upper_bound", "num_tokens_after_padding", "num_tokens",
+        "idx_mapping_np", "seq_lens_cpu_upper_bound", "num_tokens_after_padding", "num_tokens",
     ),
+    # Per-batch draft family: the runner's sampler states (patch 7), host temperatures
+    "vllm.v1.worker.gpu.model_runner.GPUModelRunner": ("load_model", "speculator", "sampler"),
+    "vllm.v1.worker.gpu.sample.sampler.Sampler": ("sampling_states",),
+    "vllm.v1.worker.gpu.sample.states.SamplingStates": ("temperature",),
+    "vllm.v1.worker.gpu.buffer_utils.UvaBackedTensor": ("np",),
+    "vllm.v1.worker.gpu.spec_decode.speculator.DraftModelSpeculator": ("draft_logits",),
+    "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
+    ".TargetDependentARSpeculator": ("decode_cudagraph_manager", "init_cudagraph_manager"),
     "vllm.v1.worker.gpu.input_batch.InputBuffers": (
         "input_ids", "positions", "seq_lens", "query_start_loc",
     ),
@@ -72,6 +80,7 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
     ),
     "vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager": (
         "_init_candidates", "_candidates", "_capture_descs", "vllm_config", "dispatch",
+        "cudagraph_mode",
     ),
     "vllm.config.compilation.CUDAGraphMode": ("FULL", "NONE"),
     "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils"
@@ -136,6 +145,10 @@ OBJECT_CALLS: dict[tuple[str, str], tuple[int, tuple[str, ...]]] = {
         "specialize_spec_tokens",
     ): (2, ()),
     ("vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager", "run_fullgraph"): (1, ()),
+    ("vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager", "__init__"): (
+        3,
+        ("decode_query_len",),
+    ),
     ("vllm.v1.worker.gpu.block_table.BlockTables", "compute_slot_mappings"): (4, ()),
     ("vllm.v1.attention.backend.CommonAttentionMetadata", "batch_size"): (0, ()),
     ("vllm.model_executor.layers.logits_processor.LogitsProcessor", "_get_logits"): (4, ()),

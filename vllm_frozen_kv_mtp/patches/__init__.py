@@ -109,17 +109,33 @@ Patches are applied lazily (when vLLM imports the module) and at most once.
          ``_init_candidates`` groups candidates by token count alone).
    Remove when: vLLM's candidates cover every captured query length per token count.
 --------------------------------------------------------------------------
+7. ``vllm.v1.worker.gpu.model_runner.GPUModelRunner.load_model``
+   (Model Runner V2, ``draft_sample_method="probabilistic"``, the default)
+   Why:  vLLM's V2 speculator samples drafts per engine: every round computes
+         full-vocabulary draft logits, all-greedy batches included. Ours picks per
+         batch (vLLM's V1 rule: sampled drafts when a request samples), which needs
+         each request's temperature on the host; the runner builds its sampler's
+         ``SamplingStates`` in ``load_model``, after the speculator, and never
+         passes them on.
+   How:  after vLLM's ``load_model``, hand ``self.sampler.sampling_states`` to the
+         speculator when it is ours (``attach_sampling_states``); any other
+         speculator is left alone. Read-only: the states stay vLLM's.
+   Upstream: not filed in vllm-project/vllm yet (V2 ``propose`` takes the
+         temperature tensor only, on the device).
+   Remove when: V2 chooses draft sampling per batch, or passes host sampling
+         states to ``propose``.
+--------------------------------------------------------------------------
 Load-time changes (applied by our drafter to objects of its own engine, when it
 loads; ``Patch.apply`` is None and ``Patch.applied_by`` names the function):
 --------------------------------------------------------------------------
-7. ``vllm.model_executor.layers.logits_processor.LogitsProcessor._frozen_kv_mtp_target_softcap``
+8. ``vllm.model_executor.layers.logits_processor.LogitsProcessor._frozen_kv_mtp_target_softcap``
    Why:  patch 5 must act on this engine's target only, not on the drafter's
          head or on another engine in the same process.
    How:  ``kernels.softcap_kernel.mark_target_logits`` sets the attribute on the
          target's soft-capped ``LogitsProcessor`` instances at drafter load.
    Upstream: goes with patch 5.  Remove when: patch 5 goes.
 --------------------------------------------------------------------------
-8. ``vllm.v1.attention.backends.triton_attn.TritonAttentionMetadataBuilder.seq_threshold_3D``
+9. ``vllm.v1.attention.backends.triton_attn.TritonAttentionMetadataBuilder.seq_threshold_3D``
    (Model Runner V2, option ``sliding_split_kv_max_rows``, TRITON_ATTN only)
    Why:  vLLM picks split-KV ("3D") attention for batches up to a threshold sized
          for the target; the drafter's one-row batches over a sliding window can
@@ -129,7 +145,7 @@ loads; ``Patch.apply`` is None and ``Patch.applied_by`` names the function):
          the scratch buffers were sized for vLLM's value). Default -1: untouched.
    Upstream: not filed.  Remove when: the option is removed or vLLM exposes it.
 --------------------------------------------------------------------------
-9. ``vllm.v1.attention.backends.triton_attn.TritonAttentionImpl.__class__`` (per layer ``impl``)
+10. ``vllm.v1.attention.backends.triton_attn.TritonAttentionImpl.__class__`` (per layer ``impl``)
    (Model Runner V2, opt-in ``draft_attention="split"``, TRITON_ATTN only)
    Why:  the drafter's one-row decode batches read long prefixes with few rows;
          a split decode kernel spreads them over more SMs.
@@ -153,6 +169,7 @@ from vllm_frozen_kv_mtp.patches import (
     drafter_dispatch,
     front_end,
     graph_candidates,
+    sampling_states,
     target_softcap,
 )
 from vllm_frozen_kv_mtp.patches.import_hooks import when_imported
@@ -250,6 +267,16 @@ PATCHES: tuple[Patch, ...] = (
         "_init_candidates groups candidates by token count alone)",
         remove_when="vLLM's candidates cover every captured query length per token count",
         apply=graph_candidates._patch_uniform_graph_candidates,
+    ),
+    Patch(
+        module="vllm.v1.worker.gpu.model_runner",
+        symbol="GPUModelRunner.load_model",
+        why="hand the sampler's per-request SamplingStates to our V2 speculator, which "
+        "picks greedy or sampled drafts per batch from the host temperatures (vLLM's V2 "
+        "picks per engine and computes draft logits for greedy batches too)",
+        upstream="not filed in vllm-project/vllm yet (V2 propose gets device temperatures only)",
+        remove_when="V2 chooses draft sampling per batch or passes host sampling states to propose",
+        apply=sampling_states._patch_hand_sampling_states,
     ),
     Patch(
         module="vllm.model_executor.layers.logits_processor",

@@ -114,9 +114,10 @@ class FrozenKVMTPProposer(Gemma4Proposer):
             vocab = vllm_config.model_config.get_vocab_size()
             per_req = draft_probs_bytes(self.num_speculative_tokens, vocab)
             logger.info(
-                "frozen_kv_mtp: sampled drafts (draft_sample_method='probabilistic'): the "
-                "draft probabilities take k x vocab x 4 B = %.2f MiB per request, %.1f MiB "
-                "at max_num_seqs=%d, in steps with a sampled request",
+                "frozen_kv_mtp: sampled drafts for batches with a sampled request "
+                "(draft_sample_method='probabilistic'); all-greedy batches draft greedily. "
+                "The draft probabilities take k x vocab x 4 B = %.2f MiB per request, "
+                "%.1f MiB at max_num_seqs=%d, in steps with a sampled request",
                 per_req / 2**20,
                 per_req * self.max_batch_size / 2**20,
                 self.max_batch_size,
@@ -256,6 +257,9 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         finally:
             self._round_attn_metadata = None
         self.frozen_stats.rounds += 1
+        self.frozen_stats.sampled_rounds += bool(
+            self._enable_probabilistic_draft_probs and not sampling_metadata.all_greedy
+        )
         self.frozen_stats.count_round(num_speculative_tokens)
         self.frozen_stats.seed_rows += batch
         self.frozen_stats.forwards += max(num_speculative_tokens, 1)

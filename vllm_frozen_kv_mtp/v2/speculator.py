@@ -16,13 +16,22 @@ Sampled drafts (``draft_sample_method="probabilistic"``) and block verification
 step's draft at the request's temperature and caches its logits, which vLLM's rejection
 sampler reads as q. The sampling key advances per step (``sample_src_positions``) even
 though the attention position stays constant, so each step draws fresh noise.
+
+vLLM decides sampled drafts per engine on this runner. Here the choice is made per
+batch, as vLLM's V1 runner makes it: a batch whose requests are all greedy drafts
+greedily (centroid or dense head, no draft logits) and hands the rejection sampler no
+q, so greedy traffic pays nothing for an engine that also serves sampled requests.
+Each family has its own whole-round graphs.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
@@ -59,6 +68,29 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
 
     #: option dense_head's prepared head (load_model), None for upstream's
     frozen_dense_head: DenseHead | None = None
+    #: the model runner's per-request sampling states (handed over at load by the patch
+    #: on ``GPUModelRunner.load_model``), read on the host to pick each batch's drafts
+    frozen_sampling_states: Any = None
+    #: whole-round graphs of the round family running now (vLLM's attribute; swapped
+    #: for ``greedy_cudagraph_manager`` during a greedy round)
+    decode_cudagraph_manager: Any
+    #: whole-round graphs of greedy rounds, in an engine that also samples drafts
+    greedy_cudagraph_manager: Any = None
+    #: vLLM's draft-logits buffer (``draft_sample_method="probabilistic"``), else None
+    _draft_logits_buffer: torch.Tensor | None = None
+    #: the latest round drafted greedily: its verification must see no q
+    _greedy_round: bool = False
+
+    @property  # type: ignore[override]
+    def draft_logits(self) -> torch.Tensor | None:
+        """vLLM's draft logits, or None after a greedy round: the model runner passes
+        this to the rejection sampler, which then checks the drafts as greedy ones.
+        ``_generate_draft`` passes it to ``sample_draft``, which then drafts greedily."""
+        return None if self._greedy_round else self._draft_logits_buffer
+
+    @draft_logits.setter
+    def draft_logits(self, value: torch.Tensor | None) -> None:
+        self._draft_logits_buffer = value
 
     def __init__(self, vllm_config: Any, device: torch.device) -> None:
         super().__init__(vllm_config, device)
@@ -69,25 +101,27 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         enable_frozen_runtime_fixes()
         self._kv_caches: list[torch.Tensor] = []
         logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
-        if self.draft_logits is not None:
+        buffer = self._draft_logits_buffer
+        if buffer is not None:
             # vLLM's probabilistic path: each step's logits are cached (pre-temperature)
             # for the rejection sampler's q, and drafts are Gumbel-sampled from them.
             logger.info(
-                "frozen_kv_mtp: sampled drafts (draft_sample_method='probabilistic'): the "
-                "draft logits take max_num_seqs x k x vocab = %s %s, %.1f MiB, allocated "
-                "at start-up; every draft step computes full-vocabulary logits",
-                " x ".join(str(n) for n in self.draft_logits.shape),
-                str(self.draft_logits.dtype).removeprefix("torch."),
-                self.draft_logits.numel() * self.draft_logits.element_size() / 2**20,
+                "frozen_kv_mtp: sampled drafts for batches with a sampled request "
+                "(draft_sample_method='probabilistic'); all-greedy batches draft greedily. "
+                "The draft logits take max_num_seqs x k x vocab = %s %s, %.1f MiB, "
+                "allocated at start-up; sampled rounds compute full-vocabulary logits",
+                " x ".join(str(n) for n in buffer.shape),
+                str(buffer.dtype).removeprefix("torch."),
+                buffer.numel() * buffer.element_size() / 2**20,
             )
             for name, is_set in (
                 ("centroid_head", options.centroid_head not in ("auto", "upstream")),
                 ("dense_head", options.dense_head != "upstream"),
             ):
                 if is_set:
-                    logger.warning(
-                        "frozen_kv_mtp: %s=%r has no effect with sampled drafts: every "
-                        "draft is sampled from vLLM's full-vocabulary logits",
+                    logger.info(
+                        "frozen_kv_mtp: %s=%r scores greedy rounds only: sampled drafts "
+                        "come from vLLM's full-vocabulary logits",
                         name,
                         getattr(options, name),
                     )
@@ -139,26 +173,75 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
 
     # ---- CUDA graphs: one graph per batch-size bucket for the whole round -------
 
+    def init_cudagraph_manager(self, cudagraph_mode: CUDAGraphMode) -> None:
+        super().init_cudagraph_manager(cudagraph_mode)
+        sampled = self.decode_cudagraph_manager
+        if self._draft_logits_buffer is not None and sampled is not None:
+            # Same class, mode and sizes: greedy rounds replay graphs of their own.
+            self.greedy_cudagraph_manager = type(sampled)(
+                self.vllm_config, self.device, sampled.cudagraph_mode, decode_query_len=1
+            )
+
+    @contextmanager
+    def _draft_family(self, greedy: bool) -> Iterator[None]:
+        """Run or capture a greedy or a sampled round; the choice outlives the round,
+        since the next step's verification reads ``draft_logits``."""
+        sampled = self.decode_cudagraph_manager
+        if greedy and self.greedy_cudagraph_manager is not None:
+            self.decode_cudagraph_manager = self.greedy_cudagraph_manager
+        self._greedy_round = greedy
+        try:
+            yield
+        finally:
+            self.decode_cudagraph_manager = sampled
+
+    def _drafts_greedily(self, input_batch: Any) -> bool:
+        """A batch drafts greedily unless one of its requests samples (vLLM's V1 rule,
+        ``all_greedy``). Host arrays only: no device sync."""
+        if self._draft_logits_buffer is None:
+            return True
+        states = self.frozen_sampling_states
+        if states is None:
+            return False
+        rows = input_batch.idx_mapping_np[: input_batch.num_reqs]
+        return not bool(np.any(states.temperature.np[rows] != 0.0))
+
+    def attach_sampling_states(self, sampling_states: Any) -> None:
+        self.frozen_sampling_states = sampling_states
+
     def capture(self) -> None:
         assert self.decode_cudagraph_manager is not None
         logger.info("frozen_kv_mtp: capturing whole-round draft CUDA graphs")
         self.last_token_indices.zero_()
         self.idx_mapping.zero_()
         self.on_multi_step_decode_begin(self.max_num_reqs)
-        if (
-            self.supports_decode_metadata_update
-            and self.speculative_config.uses_dynamic_speculative_decoding()
-        ):
-            self._specialize_capture_descs()
-        self.decode_cudagraph_manager.capture(
-            self._round_fn(),
-            self.model_state,
-            self.input_buffers,
-            self.block_tables,
-            self.attn_groups,
-            self.kv_cache_config,
-            progress_bar_desc="Capturing frozen-KV draft round CUDA graphs",
-        )
+        families = [False]
+        if self.greedy_cudagraph_manager is not None:
+            if self.frozen_sampling_states is None:
+                logger.warning(
+                    "frozen_kv_mtp: the model runner's sampling states were not handed "
+                    "over, so every draft round samples, greedy batches included"
+                )
+            else:
+                families.append(True)
+        for greedy in families:
+            with self._draft_family(greedy):
+                if (
+                    self.supports_decode_metadata_update
+                    and self.speculative_config.uses_dynamic_speculative_decoding()
+                ):
+                    self._specialize_capture_descs()
+                self.decode_cudagraph_manager.capture(
+                    self._round_fn(),
+                    self.model_state,
+                    self.input_buffers,
+                    self.block_tables,
+                    self.attn_groups,
+                    self.kv_cache_config,
+                    progress_bar_desc="Capturing frozen-KV draft round CUDA graphs"
+                    + (" (greedy rounds)" if greedy else ""),
+                )
+        self._greedy_round = False
         self.on_multi_step_decode_end(self.max_num_reqs)
 
     def _specialize_capture_descs(self) -> None:
@@ -262,80 +345,85 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
                 self.frozen_stats.skipped_rounds += 1
             self.draft_tokens[:num_reqs].fill_(-1)
             return self.draft_tokens[:num_reqs]
-        self._copy_request_inputs(
-            num_reqs, input_batch.idx_mapping, temperature, seeds, dummy_run=dummy_run
-        )
-        # Host-side upper bound (a CPU tensor): no device sync.
-        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[:num_reqs].max())
-        self.draft_max_seq_len = min(max_seq_len, self.max_model_len)
-        self._load_seed(
-            input_batch,
-            last_hidden_states,
-            num_sampled,
-            num_rejected,
-            last_sampled,
-            next_prefill_tokens,
-        )
+        # A dummy run (idle DP rank, warm-up) keeps the family of the last real round:
+        # the next verification reads it.
+        greedy = self._greedy_round if dummy_run else self._drafts_greedily(input_batch)
+        with self._draft_family(greedy):
+            self._copy_request_inputs(
+                num_reqs, input_batch.idx_mapping, temperature, seeds, dummy_run=dummy_run
+            )
+            # Host-side upper bound (a CPU tensor): no device sync.
+            max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[:num_reqs].max())
+            self.draft_max_seq_len = min(max_seq_len, self.max_model_len)
+            self._load_seed(
+                input_batch,
+                last_hidden_states,
+                num_sampled,
+                num_rejected,
+                last_sampled,
+                next_prefill_tokens,
+            )
 
-        # Mirrors upstream (vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py,
-        # 0.33): an idle DP rank's dummy batch may hold a padded FULL-graph request count,
-        # above DPSyncState.num_reqs (0.33: the largest real count on any rank), which
-        # _build_uniform_batch_dp_sync asserts against; the draft round shrinks to it.
-        # On 0.32, num_reqs is already the padded count there, so this is a no-op.
-        if dummy_run and dp_sync_state is not None:
-            num_reqs = min(num_reqs, dp_sync_state.num_reqs)
-        if num_reqs < input_batch.num_reqs:
-            # The seed rows past the shrunk batch become graph padding, as upstream's
-            # prepare_decode_inputs pads them: empty queries that read no keys.
-            self.input_buffers.query_start_loc[num_reqs + 1 :] = num_reqs
-            self.input_buffers.seq_lens[num_reqs:] = 0
+            # Mirrors upstream (vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py,
+            # 0.33): an idle DP rank's dummy batch may hold a padded FULL-graph request count,
+            # above DPSyncState.num_reqs (0.33: the largest real count on any rank), which
+            # _build_uniform_batch_dp_sync asserts against; the draft round shrinks to it.
+            # On 0.32, num_reqs is already the padded count there, so this is a no-op.
+            if dummy_run and dp_sync_state is not None:
+                num_reqs = min(num_reqs, dp_sync_state.num_reqs)
+            if num_reqs < input_batch.num_reqs:
+                # The seed rows past the shrunk batch become graph padding, as upstream's
+                # prepare_decode_inputs pads them: empty queries that read no keys.
+                self.input_buffers.query_start_loc[num_reqs + 1 :] = num_reqs
+                self.input_buffers.seq_lens[num_reqs:] = 0
 
-        batch_sync, num_batch_tokens = (
-            self._build_uniform_batch_dp_sync(dp_sync_state, num_reqs, num_query_per_req=1)
-            if dp_sync_state is not None
-            else (None, num_reqs)
-        )
-        batch_desc, batch_sync = dispatch_cg_and_sync_dp(
-            self.decode_cudagraph_manager,
-            num_reqs,
-            num_batch_tokens,
-            uniform_token_count=1,
-            dp_size=self.dp_size,
-            dp_rank=self.dp_rank,
-            need_eager=is_profile,
-            dp_sync_state=batch_sync,
-        )
-        if self.decode_cudagraph_manager is not None:  # None while memory is profiled
-            wanted_full = batch_desc.cg_mode == CUDAGraphMode.FULL
-            batch_desc = self.decode_cudagraph_manager.specialize_spec_tokens(batch_desc, k)
-            if wanted_full and batch_desc.cg_mode != CUDAGraphMode.FULL and not dummy_run:
-                self.frozen_stats.graph_misses += 1  # no graph for this k: eager round
-        tokens_across_dp = batch_sync.num_tokens_across_dp if batch_sync is not None else None
+            batch_sync, num_batch_tokens = (
+                self._build_uniform_batch_dp_sync(dp_sync_state, num_reqs, num_query_per_req=1)
+                if dp_sync_state is not None
+                else (None, num_reqs)
+            )
+            batch_desc, batch_sync = dispatch_cg_and_sync_dp(
+                self.decode_cudagraph_manager,
+                num_reqs,
+                num_batch_tokens,
+                uniform_token_count=1,
+                dp_size=self.dp_size,
+                dp_rank=self.dp_rank,
+                need_eager=is_profile,
+                dp_sync_state=batch_sync,
+            )
+            if self.decode_cudagraph_manager is not None:  # None while memory is profiled
+                wanted_full = batch_desc.cg_mode == CUDAGraphMode.FULL
+                batch_desc = self.decode_cudagraph_manager.specialize_spec_tokens(batch_desc, k)
+                if wanted_full and batch_desc.cg_mode != CUDAGraphMode.FULL and not dummy_run:
+                    self.frozen_stats.graph_misses += 1  # no graph for this k: eager round
+            tokens_across_dp = batch_sync.num_tokens_across_dp if batch_sync is not None else None
 
-        before = self._kv_checksum() if self.frozen_options.kv_guard else None
-        self.on_multi_step_decode_begin(num_reqs)
-        run = (
-            self._fused_multi_step_decode
-            if self.supports_decode_metadata_update
-            else self._multi_step_decode
-        )
-        run(
-            num_reqs,
-            dummy_run and skip_attn_for_dummy_run,
-            batch_desc,
-            tokens_across_dp,
-            input_batch.seq_lens_cpu_upper_bound,
-            k,
-        )
-        self.on_multi_step_decode_end(num_reqs)
-        if not dummy_run:
-            self.frozen_stats.rounds += 1
-            self.frozen_stats.count_round(k)
-            self.frozen_stats.seed_rows += num_reqs
-            self.frozen_stats.forwards += k
-            self.frozen_stats.metadata_builds += 1
-        if before is not None and self._kv_checksum() != before:
-            raise KVWriteError("frozen_kv_mtp: a draft round changed the target KV cache")
+            before = self._kv_checksum() if self.frozen_options.kv_guard else None
+            self.on_multi_step_decode_begin(num_reqs)
+            run = (
+                self._fused_multi_step_decode
+                if self.supports_decode_metadata_update
+                else self._multi_step_decode
+            )
+            run(
+                num_reqs,
+                dummy_run and skip_attn_for_dummy_run,
+                batch_desc,
+                tokens_across_dp,
+                input_batch.seq_lens_cpu_upper_bound,
+                k,
+            )
+            self.on_multi_step_decode_end(num_reqs)
+            if not dummy_run:
+                self.frozen_stats.rounds += 1
+                self.frozen_stats.count_round(k)
+                self.frozen_stats.seed_rows += num_reqs
+                self.frozen_stats.forwards += k
+                self.frozen_stats.metadata_builds += 1
+                self.frozen_stats.sampled_rounds += self.draft_logits is not None
+            if before is not None and self._kv_checksum() != before:
+                raise KVWriteError("frozen_kv_mtp: a draft round changed the target KV cache")
         return self.draft_tokens[:num_reqs]
 
     def _generate_fused_drafts(
