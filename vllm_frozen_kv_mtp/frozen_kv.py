@@ -10,8 +10,11 @@ attention metadata is the same for all steps and is built once per round.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
+import logging
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +109,16 @@ class DraftStats:
     def count_round(self, k: int) -> None:
         self.rounds_by_k[k] = self.rounds_by_k.get(k, 0) + 1
 
+    def summary(self) -> str:
+        """What the drafter did, in one line (logged when the process exits)."""
+        per_k = ", ".join(f"k={k}: {n}" for k, n in sorted(self.rounds_by_k.items()))
+        return (
+            f"frozen_kv_mtp: {self.rounds} draft rounds ({per_k or 'none'}); "
+            f"{self.sampled_rounds} sampled their drafts, the others drafted greedily; "
+            f"{self.skipped_rounds} steps with k=0; {self.graph_misses} rounds without "
+            "their CUDA graph"
+        )
+
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(dataclasses.asdict(self))
         d["seed_rows_per_round"] = self.seed_rows / self.rounds if self.rounds else 0.0
@@ -164,3 +177,22 @@ def target_kv_checksum(vllm_config: Any) -> str:
 
 class KVWriteError(RuntimeError):
     """The drafter changed the target's KV cache (it must only read it)."""
+
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+#: the drafters' counters in this process, logged at exit while their drafter lives
+_exit_stats: list[weakref.ref[DraftStats]] = []
+
+
+def log_stats_at_exit(stats: DraftStats) -> None:
+    """Log ``stats.summary()`` when this process exits (engine core or worker)."""
+    if not _exit_stats:
+        atexit.register(_log_exit_stats)
+    _exit_stats.append(weakref.ref(stats))
+
+
+def _log_exit_stats() -> None:
+    for ref in _exit_stats:
+        stats = ref()
+        if stats is not None and (stats.rounds or stats.skipped_rounds):
+            logger.info("%s", stats.summary())

@@ -202,3 +202,21 @@ def test_patch_wraps_vllms_model_runner_load_model() -> None:
     load_model = model_runner.GPUModelRunner.load_model
     assert getattr(load_model, MARK, False)
     assert not getattr(load_model.__wrapped__, MARK, False)  # not wrapped twice
+
+
+def test_exit_summary_names_sampled_and_greedy_rounds(caplog: pytest.LogCaptureFixture) -> None:
+    """The drafter's counters reach the log when its process exits."""
+    import logging
+
+    from vllm_frozen_kv_mtp import frozen_kv
+
+    spec = _speculator(states=_states(0.0, 1.0))
+    _propose(spec, 1)  # slot 0: greedy
+    _propose(spec, 2)  # slot 1 samples
+    frozen_kv.log_stats_at_exit(spec.frozen_stats)
+    with caplog.at_level(logging.INFO, logger="vllm.frozen_kv_mtp"):
+        frozen_kv._log_exit_stats()
+    assert (
+        "frozen_kv_mtp: 2 draft rounds (k=2: 2); 1 sampled their drafts, the others drafted "
+        "greedily; 0 steps with k=0; 0 rounds without their CUDA graph"
+    ) in caplog.text

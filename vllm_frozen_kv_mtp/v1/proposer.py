@@ -33,6 +33,7 @@ from vllm_frozen_kv_mtp.frozen_kv import (
     PADDING_SLOT_ID,
     DraftStats,
     KVWriteError,
+    log_stats_at_exit,
     one_row_decode_metadata,
     seed_row_indices,
     target_kv_checksum,
@@ -104,6 +105,7 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         assert options is not None
         self.frozen_options: FrozenKVOptions = options
         self.frozen_stats = DraftStats()
+        log_stats_at_exit(self.frozen_stats)
         enable_frozen_runtime_fixes()
         self._no_write_slots = torch.full(
             (self.max_batch_size,), PADDING_SLOT_ID, dtype=torch.int64, device=device

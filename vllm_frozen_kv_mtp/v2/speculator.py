@@ -44,7 +44,12 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
 )
 
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
-from vllm_frozen_kv_mtp.frozen_kv import DraftStats, KVWriteError, target_kv_checksum
+from vllm_frozen_kv_mtp.frozen_kv import (
+    DraftStats,
+    KVWriteError,
+    log_stats_at_exit,
+    target_kv_checksum,
+)
 from vllm_frozen_kv_mtp.kernels.centroid_head import head_for_rows, top_tokens
 from vllm_frozen_kv_mtp.kernels.centroid_kernel import fused_head_supported
 from vllm_frozen_kv_mtp.kernels.dense_head import DenseHead, build_dense_head
@@ -98,6 +103,7 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         assert options is not None
         self.frozen_options: FrozenKVOptions = options
         self.frozen_stats = DraftStats()
+        log_stats_at_exit(self.frozen_stats)
         enable_frozen_runtime_fixes()
         self._kv_caches: list[torch.Tensor] = []
         logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
