@@ -48,9 +48,14 @@ def _check_config(target: str, spec_json: str) -> int:
         spec.num_speculative_tokens,
         spec.num_speculative_tokens_per_batch_size,
     )
+    drafts = (
+        "greedy and sampled (per batch)"
+        if spec.draft_sample_method == "probabilistic"
+        else "greedy"
+    )
     print(
-        f"ok: method {spec.method} (frozen_kv_mtp), {draft_length}, "
-        f"assistant {spec.model}; options {options}"
+        f"ok: method {spec.method} (frozen_kv_mtp), {draft_length}, {drafts} drafts, "
+        f"{spec.rejection_sample_method} verification, assistant {spec.model}; options {options}"
     )
     return 0
 

@@ -32,6 +32,7 @@ def test_check_config_ok() -> None:
     assert r.returncode == 0, r.stderr
     last = r.stdout.strip().splitlines()[-1]
     assert last.startswith("ok: method mtp (frozen_kv_mtp), k=2"), last
+    assert "greedy and sampled (per batch) drafts, standard verification" in last
     assert "'sliding_split_kv_max_rows': 16" in last
 
 
