@@ -14,71 +14,23 @@ at a few batch sizes; the round itself is recorded instead of run.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
-from vllm_frozen_kv_mtp.frozen_kv import DraftStats
+from tests.utils.v2_speculator import FullGraphs, dummy_batch, propose, stand_in_speculator
 
 K = 2
 MAX_REQS = 16
-MAX_TOKENS = 64
-HIDDEN = 8
 CAPTURE_SIZES = (1, 2, 4, 8, 16)
 #: a DP=2 step: rank 0 serves 3 requests; rank 1 is idle and runs a dummy batch
 BUSY_REQS = 3
 PADDED_REQS = 4  # the FULL graph both ranks' target batches padded to
 
 
-class _FullGraphs:
-    """Decode graph manager stand-in: FULL graphs at CAPTURE_SIZES, one token per row."""
-
-    def dispatch(
-        self, num_reqs: int, num_tokens: int, uniform_token_count: int | None, **_: Any
-    ) -> Any:
-        from vllm.config.compilation import CUDAGraphMode
-        from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
-
-        size = min(s for s in CAPTURE_SIZES if s >= num_tokens)
-        return BatchExecutionDescriptor(
-            cg_mode=CUDAGraphMode.FULL,
-            num_tokens=size,
-            num_reqs=size,
-            uniform_token_count=uniform_token_count,
-        )
-
-    def specialize_spec_tokens(self, batch_desc: Any, num_spec_tokens: int) -> Any:
-        return batch_desc
-
-
 def _speculator(dp_rank: int) -> Any:
-    from vllm.v1.worker.gpu.input_batch import InputBuffers
-
-    from vllm_frozen_kv_mtp.v2.speculator import FrozenKVMTPSpeculator
-
-    spec: Any = object.__new__(FrozenKVMTPSpeculator)  # not the registry's dispatching __new__
-    spec.num_speculative_steps = K
-    spec.vllm_config = SimpleNamespace(model_config=SimpleNamespace(max_model_len=128))
-    if not isinstance(getattr(FrozenKVMTPSpeculator, "max_model_len", None), property):
-        spec.max_model_len = 128  # 0.32: an attribute; 0.33: a property over vllm_config
-    spec.dp_size, spec.dp_rank = 2, dp_rank
-    spec.draft_tokens = torch.zeros(MAX_REQS, K, dtype=torch.int64)
-    spec.temperature = torch.zeros(MAX_REQS)
-    spec.seeds = torch.zeros(MAX_REQS, dtype=torch.int64)
-    spec.idx_mapping = torch.zeros(MAX_REQS, dtype=torch.int32)
-    spec.input_buffers = InputBuffers(MAX_REQS, MAX_TOKENS, torch.device("cpu"))
-    spec.hidden_states = torch.zeros(MAX_TOKENS, HIDDEN)
-    spec.sample_src_positions = torch.zeros(MAX_REQS, dtype=torch.int64)
-    spec.current_draft_step = torch.zeros((), dtype=torch.int32)
-    spec.decode_cudagraph_manager = _FullGraphs()
-    spec.supports_decode_metadata_update = False
-    spec.frozen_options = SimpleNamespace(kv_guard=False)
-    spec.frozen_stats = DraftStats()
-    spec.rounds = []
-    spec._multi_step_decode = lambda *args: spec.rounds.append(args)
-    return spec
+    return stand_in_speculator(K, MAX_REQS, FullGraphs(CAPTURE_SIZES), dp_size=2, dp_rank=dp_rank)
 
 
 def _target_sync(num_reqs: int) -> Any:
@@ -94,30 +46,11 @@ def _target_sync(num_reqs: int) -> Any:
 
 
 def _propose(spec: Any, batch: Any, sync: Any, dummy_run: bool) -> torch.Tensor:
-    n = batch.num_reqs
-    tokens = batch.num_tokens_after_padding
-    return spec.propose(
-        batch,
-        attn_metadata={},
-        slot_mappings={},
-        last_hidden_states=torch.randn(tokens, HIDDEN),
-        aux_hidden_states=None,
-        num_sampled=torch.ones(n, dtype=torch.int32),
-        num_rejected=torch.zeros(n, dtype=torch.int32),
-        last_sampled=torch.zeros(MAX_REQS, 1, dtype=torch.int64),
-        next_prefill_tokens=torch.zeros(1, MAX_REQS, dtype=torch.int64),
-        temperature=torch.zeros(MAX_REQS),
-        seeds=torch.zeros(MAX_REQS, dtype=torch.int64),
-        dp_sync_state=sync,
-        dummy_run=dummy_run,
-    )
+    return propose(spec, batch, sync, dummy_run=dummy_run)
 
 
 def _batch(num_reqs: int, num_tokens: int) -> Any:
-    from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
-
-    target_buffers = InputBuffers(MAX_REQS, MAX_TOKENS, torch.device("cpu"))
-    return InputBatch.make_dummy(num_reqs, num_tokens, target_buffers, is_padding=True)
+    return dummy_batch(num_reqs, num_tokens, MAX_REQS)
 
 
 def test_idle_rank_dummy_round_shrinks_to_real_request_count() -> None:

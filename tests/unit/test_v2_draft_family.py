@@ -5,12 +5,10 @@ draft logits in every round. Ours drafts greedily when every request of the batc
 greedy (vLLM's V1 rule), in graphs of its own, and then hands the rejection sampler no q:
 ``draft_logits`` is what the model runner passes it at the next verification.
 
-Real vLLM pieces: ``InputBuffers``, ``InputBatch.make_dummy``, ``BatchExecutionDescriptor``,
-``dispatch_cg_and_sync_dp``, the parent's ``_copy_request_inputs``, our ``_load_seed``,
-``SamplingParams``. Stand-ins: the speculator's state (no model, no engine), two graph
-managers with FULL graphs, and the sampler's per-request temperatures (vLLM's
-``SamplingStates`` needs pinned memory, which a CPU-only host lacks); the round itself
-is recorded instead of run.
+The speculator is ``tests/utils/v2_speculator.py``'s (real vLLM batch, buffers and
+dispatch; no model, no engine), with two graph managers with FULL graphs, and the
+sampler's per-request temperatures stood in for (vLLM's ``SamplingStates`` needs pinned
+memory, which a CPU-only host lacks); the round itself is recorded instead of run.
 """
 
 from __future__ import annotations
@@ -22,36 +20,11 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_frozen_kv_mtp.frozen_kv import DraftStats
+from tests.utils.v2_speculator import FullGraphs, dummy_batch, propose, stand_in_speculator
 
 K = 2
 MAX_REQS = 8
-MAX_TOKENS = 32
-HIDDEN = 8
 VOCAB = 16
-
-
-class _FullGraphs:
-    """Decode graph manager stand-in: a FULL graph at every batch size."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def dispatch(
-        self, num_reqs: int, num_tokens: int, uniform_token_count: int | None, **_: Any
-    ) -> Any:
-        from vllm.config.compilation import CUDAGraphMode
-        from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
-
-        return BatchExecutionDescriptor(
-            cg_mode=CUDAGraphMode.FULL,
-            num_tokens=num_tokens,
-            num_reqs=num_reqs,
-            uniform_token_count=uniform_token_count,
-        )
-
-    def specialize_spec_tokens(self, batch_desc: Any, num_spec_tokens: int) -> Any:
-        return batch_desc
 
 
 class _Temperatures:
@@ -66,33 +39,11 @@ class _Temperatures:
 
 
 def _speculator(sampled_engine: bool = True, states: Any = None) -> Any:
-    from vllm.v1.worker.gpu.input_batch import InputBuffers
-
-    from vllm_frozen_kv_mtp.v2.speculator import FrozenKVMTPSpeculator
-
-    spec: Any = object.__new__(FrozenKVMTPSpeculator)  # not the registry's dispatching __new__
-    spec.num_speculative_steps = K
-    spec.vllm_config = SimpleNamespace(model_config=SimpleNamespace(max_model_len=128))
-    if not isinstance(getattr(FrozenKVMTPSpeculator, "max_model_len", None), property):
-        spec.max_model_len = 128  # 0.32: an attribute; 0.33: a property over vllm_config
-    spec.dp_size, spec.dp_rank = 1, 0
-    spec.draft_tokens = torch.zeros(MAX_REQS, K, dtype=torch.int64)
-    spec.temperature = torch.zeros(MAX_REQS)
-    spec.seeds = torch.zeros(MAX_REQS, dtype=torch.int64)
-    spec.idx_mapping = torch.zeros(MAX_REQS, dtype=torch.int32)
-    spec.input_buffers = InputBuffers(MAX_REQS, MAX_TOKENS, torch.device("cpu"))
-    spec.hidden_states = torch.zeros(MAX_TOKENS, HIDDEN)
-    spec.sample_src_positions = torch.zeros(MAX_REQS, dtype=torch.int64)
-    spec.current_draft_step = torch.zeros((), dtype=torch.int32)
+    spec = stand_in_speculator(K, MAX_REQS, FullGraphs(name="sampled"))
     spec.draft_logits = torch.zeros(MAX_REQS, K, VOCAB) if sampled_engine else None
-    spec.decode_cudagraph_manager = _FullGraphs("sampled")
-    spec.greedy_cudagraph_manager = _FullGraphs("greedy") if sampled_engine else None
+    spec.greedy_cudagraph_manager = FullGraphs(name="greedy") if sampled_engine else None
     if states is not None:
         spec.attach_sampling_states(states)
-    spec.supports_decode_metadata_update = False
-    spec.frozen_options = SimpleNamespace(kv_guard=False)
-    spec.frozen_stats = DraftStats()
-    spec.rounds = []
     # What the round's graph replay would see: its manager and the logits sample_draft gets.
     spec._multi_step_decode = lambda *args: spec.rounds.append(
         (spec.decode_cudagraph_manager.name, spec.draft_logits is None)
@@ -101,24 +52,7 @@ def _speculator(sampled_engine: bool = True, states: Any = None) -> Any:
 
 
 def _propose(spec: Any, num_reqs: int, dummy_run: bool = False) -> None:
-    from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
-
-    target_buffers = InputBuffers(MAX_REQS, MAX_TOKENS, torch.device("cpu"))
-    batch = InputBatch.make_dummy(num_reqs, num_reqs * (K + 1), target_buffers, is_padding=True)
-    spec.propose(
-        batch,
-        attn_metadata={},
-        slot_mappings={},
-        last_hidden_states=torch.randn(num_reqs * (K + 1), HIDDEN),
-        aux_hidden_states=None,
-        num_sampled=torch.ones(num_reqs, dtype=torch.int32),
-        num_rejected=torch.zeros(num_reqs, dtype=torch.int32),
-        last_sampled=torch.zeros(MAX_REQS, 1, dtype=torch.int64),
-        next_prefill_tokens=torch.zeros(1, MAX_REQS, dtype=torch.int64),
-        temperature=torch.zeros(MAX_REQS),
-        seeds=torch.zeros(MAX_REQS, dtype=torch.int64),
-        dummy_run=dummy_run,
-    )
+    propose(spec, dummy_batch(num_reqs, num_reqs * (K + 1), MAX_REQS), dummy_run=dummy_run)
 
 
 def _states(*temperatures: float) -> _Temperatures:
