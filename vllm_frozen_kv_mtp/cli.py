@@ -39,7 +39,7 @@ def _check_config(target: str, spec_json: str) -> int:
         if hint:
             print(hint, file=sys.stderr)
         return 2
-    from vllm_frozen_kv_mtp.config import describe_draft_length
+    from vllm_frozen_kv_mtp.config import describe_draft_length, describe_draft_sample_method
 
     spec = cfg.speculative_config
     options = cfg.additional_config.get("frozen_kv_mtp") or {}
@@ -48,11 +48,7 @@ def _check_config(target: str, spec_json: str) -> int:
         spec.num_speculative_tokens,
         spec.num_speculative_tokens_per_batch_size,
     )
-    drafts = (
-        "greedy and sampled (per batch)"
-        if spec.draft_sample_method == "probabilistic"
-        else "greedy"
-    )
+    drafts = describe_draft_sample_method(spec.draft_sample_method)
     print(
         f"ok: method {spec.method} (frozen_kv_mtp), {draft_length}, {drafts} drafts, "
         f"{spec.rejection_sample_method} verification, assistant {spec.model}; options {options}"

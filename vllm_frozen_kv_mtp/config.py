@@ -406,9 +406,7 @@ def translate_speculative_config(
         "(drafting from one seed row per request over the target's read-only KV)",
         model,
         describe_draft_length(policy, k, schedule),
-        "greedy and sampled (per batch)"
-        if translated["draft_sample_method"] == "probabilistic"
-        else "greedy",
+        describe_draft_sample_method(translated["draft_sample_method"]),
         cfg.get("rejection_sample_method", "standard"),
         getattr(target_model_config, "model", "?"),
     )
@@ -585,6 +583,11 @@ def graph_capture_schedule(k_max: int) -> list[list[int]]:
     dense table, so Model Runner V2 captures a graph per (batch bucket, k) and vLLM stops
     padding decode batches to a fixed k. Our scheduler replaces the table itself."""
     return [[i + 1, i + 1, k_max - i] for i in range(k_max + 1)]
+
+
+def describe_draft_sample_method(method: str) -> str:
+    """How drafts are drawn, in the words of the start-up log and ``check-config``."""
+    return "greedy and sampled (per batch)" if method == "probabilistic" else "greedy"
 
 
 def describe_draft_length(policy: str, k: int, schedule: Any) -> str:

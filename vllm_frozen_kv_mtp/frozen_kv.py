@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+
 #: slot id that attention backends treat as "do not write"; the drafter writes nothing
 PADDING_SLOT_ID = -1
 
@@ -179,7 +181,6 @@ class KVWriteError(RuntimeError):
     """The drafter changed the target's KV cache (it must only read it)."""
 
 
-logger = logging.getLogger("vllm.frozen_kv_mtp")
 #: the drafters' counters in this process, logged at exit while their drafter lives
 _exit_stats: list[weakref.ref[DraftStats]] = []
 

@@ -351,38 +351,38 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
                 self.frozen_stats.skipped_rounds += 1
             self.draft_tokens[:num_reqs].fill_(-1)
             return self.draft_tokens[:num_reqs]
+        self._copy_request_inputs(
+            num_reqs, input_batch.idx_mapping, temperature, seeds, dummy_run=dummy_run
+        )
+        # Host-side upper bound (a CPU tensor): no device sync.
+        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[:num_reqs].max())
+        self.draft_max_seq_len = min(max_seq_len, self.max_model_len)
+        self._load_seed(
+            input_batch,
+            last_hidden_states,
+            num_sampled,
+            num_rejected,
+            last_sampled,
+            next_prefill_tokens,
+        )
+
+        # Mirrors upstream (vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py,
+        # 0.33): an idle DP rank's dummy batch may hold a padded FULL-graph request count,
+        # above DPSyncState.num_reqs (0.33: the largest real count on any rank), which
+        # _build_uniform_batch_dp_sync asserts against; the draft round shrinks to it.
+        # On 0.32, num_reqs is already the padded count there, so this is a no-op.
+        if dummy_run and dp_sync_state is not None:
+            num_reqs = min(num_reqs, dp_sync_state.num_reqs)
+        if num_reqs < input_batch.num_reqs:
+            # The seed rows past the shrunk batch become graph padding, as upstream's
+            # prepare_decode_inputs pads them: empty queries that read no keys.
+            self.input_buffers.query_start_loc[num_reqs + 1 :] = num_reqs
+            self.input_buffers.seq_lens[num_reqs:] = 0
+
         # A dummy run (idle DP rank, warm-up) keeps the family of the last real round:
         # the next verification reads it.
         greedy = self._greedy_round if dummy_run else self._drafts_greedily(input_batch)
         with self._draft_family(greedy):
-            self._copy_request_inputs(
-                num_reqs, input_batch.idx_mapping, temperature, seeds, dummy_run=dummy_run
-            )
-            # Host-side upper bound (a CPU tensor): no device sync.
-            max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[:num_reqs].max())
-            self.draft_max_seq_len = min(max_seq_len, self.max_model_len)
-            self._load_seed(
-                input_batch,
-                last_hidden_states,
-                num_sampled,
-                num_rejected,
-                last_sampled,
-                next_prefill_tokens,
-            )
-
-            # Mirrors upstream (vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py,
-            # 0.33): an idle DP rank's dummy batch may hold a padded FULL-graph request count,
-            # above DPSyncState.num_reqs (0.33: the largest real count on any rank), which
-            # _build_uniform_batch_dp_sync asserts against; the draft round shrinks to it.
-            # On 0.32, num_reqs is already the padded count there, so this is a no-op.
-            if dummy_run and dp_sync_state is not None:
-                num_reqs = min(num_reqs, dp_sync_state.num_reqs)
-            if num_reqs < input_batch.num_reqs:
-                # The seed rows past the shrunk batch become graph padding, as upstream's
-                # prepare_decode_inputs pads them: empty queries that read no keys.
-                self.input_buffers.query_start_loc[num_reqs + 1 :] = num_reqs
-                self.input_buffers.seq_lens[num_reqs:] = 0
-
             batch_sync, num_batch_tokens = (
                 self._build_uniform_batch_dp_sync(dp_sync_state, num_reqs, num_query_per_req=1)
                 if dp_sync_state is not None
