@@ -137,6 +137,17 @@ def test_probes_at_k0_and_comes_back_when_acceptance_returns() -> None:
     assert ks[-200:].count(5) >= 0.9 * 200, policy.summary()
 
 
+def test_a_long_k0_stretch_does_not_forget_that_nothing_was_accepted() -> None:
+    """Drafts cost 2% of a step each and none is accepted: k = 0 wins. Through k = 0
+    steps the acceptance must keep its last measurement rather than decay back to the
+    optimistic prior, which would pull k up again and again with no new evidence."""
+    policy = GoodputPolicy(PolicySettings(k_max=4))
+    ks = simulate(policy, [0.0] * 4, linear_cost(10.0, 0.2, k_max=4), steps=600, batch=4)
+    tail = ks[-300:]
+    assert tail.count(0) >= 0.9 * len(tail), policy.summary()
+    assert policy.acceptance.rates()[0] < 0.05, policy.summary()
+
+
 def test_follows_a_change_of_traffic() -> None:
     policy = GoodputPolicy(PolicySettings(k_max=7))
     cost = linear_cost(8.0, 1.2)

@@ -8,7 +8,8 @@ Pure logic (no vLLM, no torch), driven by the scheduler in
 
 * ``a_i`` is the unconditional acceptance of draft position i (the probability that
   a round's i-th draft is accepted), learned online from the engine's own
-  per-request verify results, exponentially forgotten so it follows the traffic.
+  per-request verify results, exponentially forgotten so it follows the traffic
+  (while k = 0, only down to a floor of evidence: no drafts, nothing new to learn).
 * ``cost(b, k)`` is the wall time of one engine step with batch ``b`` and ``k``
   drafts, learned online from step timings per batch-size bucket: the median of the
   latest few clean steps, so one host stall (garbage collection, a busy core) does not
@@ -37,6 +38,10 @@ class PolicySettings:
     k_max: int
     #: per-step forgetting of acceptance counts: about 1/(1-decay) steps of memory
     acceptance_decay: float = 0.98
+    #: while k = 0, forgetting stops at this many drafts of evidence per position: the
+    #: last measured acceptance stands (probes refresh it) instead of sliding back to
+    #: the optimistic prior and pulling k up with no new evidence
+    min_evidence: float = 32.0
     #: prior acceptance of position i before any draft was verified: prior**i
     prior_acceptance: float = 0.6
     #: weight, in drafts, of that prior
@@ -85,10 +90,20 @@ class AcceptanceEstimate:
             if i <= num_accepted:
                 self.accepted[i] += count
 
-    def decay(self) -> None:
+    def decay(self, drafting: bool = True) -> None:
+        """One step of forgetting. While drafting, every position forgets, so that
+        positions deeper than the current k fall back to extrapolation and can win k
+        back; while not (``drafting=False``), down to the evidence floor only."""
         d = self.s.acceptance_decay
-        self.drafted = [x * d for x in self.drafted]
-        self.accepted = [x * d for x in self.accepted]
+        if drafting:
+            self.drafted = [x * d for x in self.drafted]
+            self.accepted = [x * d for x in self.accepted]
+            return
+        floor = self.s.min_evidence
+        for i, x in enumerate(self.drafted):
+            scale = d if x * d >= floor else min(1.0, floor / x) if x > 0 else 1.0
+            self.drafted[i] = x * scale
+            self.accepted[i] *= scale
 
     def rates(self) -> list[float]:
         """``[a_1, ..., a_kmax]``; a_i is non-increasing in i (a later draft is only
@@ -229,7 +244,7 @@ class GoodputPolicy:
         """k for a step that schedules ``batch_size`` requests (called once per step)."""
         self.steps += 1
         self.cost.now = self.steps
-        self.acceptance.decay()
+        self.acceptance.decay(drafting=self.current > 0)
         k = self._decide(batch_size)
         if k != self.current:
             self.switches += 1
