@@ -97,17 +97,58 @@ print(json.dumps({
 
 
 def test_patches_apply_when_vllm_imports_the_modules() -> None:
+    """Every patch whose module imports on CPU is in place once vLLM imports it, and a
+    second ``apply_all`` leaves the very same functions there."""
     code = """
 import vllm_frozen_kv_mtp
 vllm_frozen_kv_mtp.register()
 from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 from vllm.engine.arg_utils import EngineArgs
-assert getattr(Gemma4Proposer.__dict__["__new__"], "_frozen_kv_mtp_patch", False)
-assert getattr(EngineArgs.create_speculative_config, "_frozen_kv_mtp_patch", False)
+from vllm.v1.sample import rejection_sampler as rs
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.v1.worker.gpu.cudagraph_utils import CudaGraphManager
+mark = "_frozen_kv_mtp_patch"
+wrapped = [
+    Gemma4Proposer.__dict__["__new__"],
+    EngineArgs.create_speculative_config,
+    rs.expand_batch_to_tokens,
+    rs.apply_sampling_constraints,
+    LogitsProcessor.forward,
+    CudaGraphManager._init_candidates,
+]
+assert all(getattr(f, mark, False) for f in wrapped), [f.__qualname__ for f in wrapped]
+assert LogitsProcessor.forward.__name__ == "forward"
+vllm_frozen_kv_mtp.patches.apply_all()
+assert LogitsProcessor.forward is wrapped[4] and rs.expand_batch_to_tokens is wrapped[2]
 print("ok")
 """
     r = _run(code)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_wrap_once_wraps_a_function_once_and_keeps_its_identity() -> None:
+    from types import SimpleNamespace
+
+    from vllm_frozen_kv_mtp.patches.state import MARK, wrap_once
+
+    def forward(x: int) -> int:
+        """The original."""
+        return x + 1
+
+    class Owner:
+        def step(self, x: int) -> int:
+            return x * 2
+
+    def plus_ten(original):  # type: ignore[no-untyped-def]
+        return lambda *a: original(*a) + 10
+
+    module = SimpleNamespace(forward=forward)
+    assert wrap_once(module, "forward", plus_ten)
+    assert not wrap_once(module, "forward", plus_ten)  # a second patch changes nothing
+    assert module.forward(1) == 12 and module.forward.__name__ == "forward"
+    assert module.forward.__doc__ == "The original." and getattr(module.forward, MARK)
+    assert wrap_once(Owner, "step", plus_ten) and not wrap_once(Owner, "step", plus_ten)
+    assert Owner().step(3) == 16
 
 
 def test_out_of_window_vllm_fails_engine_args_with_clear_error() -> None:

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from vllm_frozen_kv_mtp.patches import state
-from vllm_frozen_kv_mtp.patches.state import MARK
+from vllm_frozen_kv_mtp.patches.state import wrap_once
 
 
 def _patch_cpu_expand(mod: ModuleType) -> None:
-    original = mod.expand_batch_to_tokens
-    if getattr(original, MARK, False):
-        return
+    wrap_once(mod, "expand_batch_to_tokens", _expanding_every_dtype)
+
+
+def _patch_cpu_zero_row_constraints(mod: ModuleType) -> None:
+    wrap_once(mod, "apply_sampling_constraints", _skipping_zero_rows)
+
+
+def _expanding_every_dtype(original: Callable[..., Any]) -> Callable[..., Any]:
     import torch
 
-    @functools.wraps(original)
     def expand_batch_to_tokens(
         x: Any,
         cu_num_tokens: Any,
@@ -33,16 +37,10 @@ def _patch_cpu_expand(mod: ModuleType) -> None:
         counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
         return torch.repeat_interleave(x, counts, output_size=num_tokens)
 
-    setattr(expand_batch_to_tokens, MARK, True)
-    setattr(mod, "expand_batch_to_tokens", expand_batch_to_tokens)  # noqa: B010
+    return expand_batch_to_tokens
 
 
-def _patch_cpu_zero_row_constraints(mod: ModuleType) -> None:
-    constraints = mod.apply_sampling_constraints
-    if getattr(constraints, MARK, False):
-        return
-
-    @functools.wraps(constraints)
+def _skipping_zero_rows(constraints: Callable[..., Any]) -> Callable[..., Any]:
     def apply_sampling_constraints(logits: Any, cu_num_draft_tokens: Any, metadata: Any) -> Any:
         # A step whose requests have no drafts (every prefill step) still verifies, with
         # zero rows; on CPU, top-k alone then reaches ``k.max()`` of an empty tensor.
@@ -50,5 +48,4 @@ def _patch_cpu_zero_row_constraints(mod: ModuleType) -> None:
             return logits
         return constraints(logits, cu_num_draft_tokens, metadata)
 
-    setattr(apply_sampling_constraints, MARK, True)
-    setattr(mod, "apply_sampling_constraints", apply_sampling_constraints)  # noqa: B010
+    return apply_sampling_constraints

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from vllm_frozen_kv_mtp.patches.state import MARK
+from vllm_frozen_kv_mtp.patches.state import wrap_once
 
 
 def _patch_create_speculative_config(mod: ModuleType) -> None:
+    wrap_once(mod.EngineArgs, "create_speculative_config", _translating)
+
+
+def _translating(original: Callable[..., Any]) -> Callable[..., Any]:
     from vllm_frozen_kv_mtp.config import translate_speculative_config
 
-    cls = mod.EngineArgs
-    original = cls.create_speculative_config
-    if getattr(original, MARK, False):
-        return
-
-    @functools.wraps(original)
     def create_speculative_config(
         self: Any, target_model_config: Any, target_parallel_config: Any
     ) -> Any:
@@ -27,5 +25,4 @@ def _patch_create_speculative_config(mod: ModuleType) -> None:
             translated.check_result(result)
         return result
 
-    setattr(create_speculative_config, MARK, True)
-    cls.create_speculative_config = create_speculative_config
+    return create_speculative_config

@@ -14,30 +14,28 @@ that fits, ahead of the piecewise candidates.
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from vllm_frozen_kv_mtp.patches.state import MARK
+from vllm_frozen_kv_mtp.patches.state import wrap_once
 
 
 def _patch_uniform_graph_candidates(mod: ModuleType) -> None:
-    cls = mod.CudaGraphManager
-    original = cls._init_candidates
-    if getattr(original, MARK, False):
-        return
+    full = mod.CUDAGraphMode.FULL
 
-    @functools.wraps(original)
-    def _init_candidates(self: Any) -> None:
-        original(self)
-        from vllm_frozen_kv_mtp.config import options_from_vllm_config
+    def with_uniform_fallbacks(original: Callable[[Any], None]) -> Callable[[Any], None]:
+        def _init_candidates(self: Any) -> None:
+            original(self)
+            from vllm_frozen_kv_mtp.config import options_from_vllm_config
 
-        if options_from_vllm_config(self.vllm_config) is not None:
-            add_uniform_fallbacks(self._candidates, self._capture_descs, mod.CUDAGraphMode.FULL)
+            if options_from_vllm_config(self.vllm_config) is not None:
+                add_uniform_fallbacks(self._candidates, self._capture_descs, full)
 
-    setattr(_init_candidates, MARK, True)
-    cls._init_candidates = _init_candidates
+        return _init_candidates
+
+    wrap_once(mod.CudaGraphManager, "_init_candidates", with_uniform_fallbacks)
 
 
 def add_uniform_fallbacks(

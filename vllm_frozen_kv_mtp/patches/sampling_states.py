@@ -10,27 +10,24 @@ after the speculator, and never passes it on.
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from vllm_frozen_kv_mtp.patches.state import MARK
+from vllm_frozen_kv_mtp.patches.state import wrap_once
 
 
 def _patch_hand_sampling_states(mod: ModuleType) -> None:
-    cls = mod.GPUModelRunner
-    original = cls.load_model
-    if getattr(original, MARK, False):
-        return
+    wrap_once(mod.GPUModelRunner, "load_model", _handing_sampling_states)
 
-    @functools.wraps(original)
+
+def _handing_sampling_states(original: Callable[..., Any]) -> Callable[..., Any]:
     def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
         hand_sampling_states(self)
         return result
 
-    setattr(load_model, MARK, True)
-    cls.load_model = load_model
+    return load_model
 
 
 def hand_sampling_states(runner: Any) -> bool:

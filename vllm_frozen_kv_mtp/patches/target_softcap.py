@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from vllm_frozen_kv_mtp.patches.state import MARK, TARGET_SOFTCAP_ATTR
+from vllm_frozen_kv_mtp.patches.state import TARGET_SOFTCAP_ATTR, wrap_once
 
 
 def _patch_one_pass_softcap(mod: ModuleType) -> None:
-    cls = mod.LogitsProcessor
-    original = cls.forward
-    if getattr(original, MARK, False):
-        return
+    wrap_once(mod.LogitsProcessor, "forward", _one_pass_softcap)
 
-    @functools.wraps(original)
+
+def _one_pass_softcap(original: Callable[..., Any]) -> Callable[..., Any]:
     def forward(
         self: Any,
         lm_head: Any,
@@ -48,5 +46,4 @@ def _patch_one_pass_softcap(mod: ModuleType) -> None:
             return eager_softcap(logits, self.soft_cap)
         return softcap_in_place(logits, self.soft_cap)
 
-    setattr(forward, MARK, True)
-    cls.forward = forward
+    return forward
