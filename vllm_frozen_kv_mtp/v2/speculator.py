@@ -216,6 +216,9 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         self.frozen_sampling_states = sampling_states
 
     def capture(self) -> None:
+        # Mirrors the decode half of TargetDependentARSpeculator.capture (hash-pinned):
+        # no draft-prefill graphs (a frozen round has no prefill), and one capture per
+        # round family (sampled, greedy).
         assert self.decode_cudagraph_manager is not None
         logger.info("frozen_kv_mtp: capturing whole-round draft CUDA graphs")
         self.last_token_indices.zero_()
@@ -343,6 +346,10 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         is_profile: bool = False,
         num_speculative_tokens: int | None = None,
     ) -> torch.Tensor:
+        # Replaces TargetDependentARSpeculator.propose (hash-pinned): its draft prefill
+        # over the target's tokens is the step a frozen round drops, and it has no hook
+        # between that prefill and the decode steps. Kept from it: the request-input
+        # copy, the DP clamp and sync, the decode-graph dispatch and the decode call.
         num_reqs = input_batch.num_reqs
         k = self.num_speculative_steps if num_speculative_tokens is None else num_speculative_tokens
         if k == 0:
@@ -442,7 +449,10 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         cudagraph_runtime_mode: CUDAGraphMode,
         num_speculative_steps: int,
     ) -> None:
-        # Steps 0..k-1, seed step included, over metadata refreshed once (in-graph).
+        # Mirrors TargetDependentARSpeculator._generate_fused_drafts (hash-pinned in
+        # tests/unit/test_vllm_surface.py) with the seed step as step 0: steps 0..k-1
+        # over metadata refreshed once (in-graph). Upstream starts at step 1, after its
+        # draft prefill, and offers no hook for that step.
         if attn_metadata is not None:
             self.block_tables.compute_slot_mappings(
                 self.idx_mapping[:num_reqs],
@@ -472,8 +482,9 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         seq_lens_cpu_upper_bound: torch.Tensor,
         num_speculative_steps: int,
     ) -> None:
-        # Backends that cannot refresh metadata in a graph: build it once, then
-        # run (or replay) one step per draft token, the seed step first.
+        # Mirrors TargetDependentARSpeculator._multi_step_decode (hash-pinned) with the
+        # seed step as step 0. Backends that cannot refresh metadata in a graph: build it
+        # once, then run (or replay) one step per draft token, the seed step first.
         attn_metadata = None
         slot_mappings_by_layer = None
         if not skip_attn:
