@@ -1,9 +1,10 @@
 """``frozen-kv-mtp`` command: small helpers around the plugin.
 
-frozen-kv-mtp demo [--pair trained]      run the CPU demo
-frozen-kv-mtp fixtures --out models      build the tiny Gemma 4 fixtures
+frozen-kv-mtp options                    every --speculative-config key, its default
 frozen-kv-mtp check-config TARGET '{"method":"frozen_kv_mtp",...}'
                                          validate a speculative config (no engine)
+frozen-kv-mtp demo [--pair trained]      run the CPU demo
+frozen-kv-mtp fixtures --out models      build the tiny Gemma 4 fixtures
 """
 
 from __future__ import annotations
@@ -88,7 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="frozen-kv-mtp", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    p.add_argument("command", choices=["demo", "fixtures", "check-config"])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("options", help="every --speculative-config key, its default and meaning")
+    check = sub.add_parser(
+        "check-config",
+        help="validate a speculative config against a target (no engine, no GPU)",
+        description="Build vLLM's engine config for TARGET with SPEC, as `vllm serve` "
+        "would, and print what frozen_kv_mtp will run, or the error with its fix (exit 2).",
+    )
+    check.add_argument("target", metavar="TARGET", help="the target model (path or hub id)")
+    check.add_argument("spec", metavar="SPEC", help="the --speculative-config JSON")
+    # demo and fixtures parse their own flags (`frozen-kv-mtp demo --help`)
+    sub.add_parser("demo", help="run the CPU demo (--help for its flags)", add_help=False)
+    sub.add_parser("fixtures", help="build the tiny Gemma 4 fixtures", add_help=False)
     args, rest = p.parse_known_args(argv)
     if args.command == "demo":
         from vllm_frozen_kv_mtp.demo import main as demo
@@ -100,9 +113,14 @@ def main(argv: list[str] | None = None) -> int:
 
         build(rest)
         return 0
-    if len(rest) != 2:
-        p.error("check-config needs TARGET and a JSON speculative config")
-    return _check_config(rest[0], rest[1])
+    if rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "options":
+        from vllm_frozen_kv_mtp.option_help import render
+
+        print(render())
+        return 0
+    return _check_config(args.target, args.spec)
 
 
 if __name__ == "__main__":

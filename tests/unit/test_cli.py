@@ -80,3 +80,47 @@ def test_check_config_hub_architecture_without_torchvision_exits_2_with_a_hint()
     assert lines[-1].startswith("hint: the hub's Gemma 4 checkpoints")
     assert "fixtures.shapes" in lines[-1]
     assert "Traceback" not in r.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_frozen_kv_mtp.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_options_lists_every_accepted_key_with_its_default() -> None:
+    from vllm_frozen_kv_mtp.config import UNSUPPORTED_KEYS
+    from vllm_frozen_kv_mtp.option_help import accepted_keys
+
+    r = _cli("options")
+    assert r.returncode == 0, r.stderr
+    listed = {line.split()[0] for line in r.stdout.splitlines() if line.startswith("  ")}
+    assert accepted_keys() | set(UNSUPPORTED_KEYS) <= listed
+    assert 'draft_sample_method                    default "probabilistic"' in r.stdout
+
+
+def test_options_table_matches_the_parser_and_the_docs() -> None:
+    """A key the parser accepts but the table lacks, or a key missing from the doc the
+    table sends its reader to, fails here."""
+    from pathlib import Path
+
+    from vllm_frozen_kv_mtp.option_help import EXPERT_KEYS, USER_KEYS, accepted_keys
+
+    assert set(USER_KEYS) | set(EXPERT_KEYS) == accepted_keys()
+    root = Path(__file__).resolve().parents[2]
+    for table in (USER_KEYS, EXPERT_KEYS):
+        for key, h in table.items():
+            text = (root / h.doc.partition("#")[0]).read_text()
+            assert f"`{key}`" in text, f"{key} is not documented in {h.doc}"
+
+
+def test_subcommands_have_their_own_help() -> None:
+    r = _cli("check-config", "--help")
+    assert r.returncode == 0 and "TARGET" in r.stdout and "SPEC" in r.stdout, r.stdout
+    r = _cli("check-config", "only-a-target")
+    assert r.returncode == 2 and "SPEC" in r.stderr
+    r = _cli("options", "--bogus")
+    assert r.returncode == 2 and "unrecognized arguments" in r.stderr
