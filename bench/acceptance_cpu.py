@@ -44,8 +44,10 @@ def measure(
     max_tokens: int,
     samples: int,
     assistant_name: str = "greedy-distilled",
+    draft_q: str | None = None,
 ) -> list[dict[str, Any]]:
-    """One engine; acceptance per temperature."""
+    """One engine; acceptance per temperature. ``draft_q``: the plugin option (None: its
+    default), tagged on the rows when set."""
     from vllm_frozen_kv_mtp.demo import tiny_llm
 
     target, assistant = trained_pair_paths(assistant=assistant_name)
@@ -55,6 +57,7 @@ def measure(
         "model": str(assistant),
         "num_speculative_tokens": k,
         "draft_sample_method": draft_method,
+        **({"draft_q": draft_q} if draft_q else {}),
     }
     llm = tiny_llm(
         str(target),
@@ -70,7 +73,11 @@ def measure(
             temperatures,
             max_tokens,
             samples,
-            {"assistant": assistant_name, "draft_sample_method": draft_method},
+            {
+                "assistant": assistant_name,
+                "draft_sample_method": draft_method,
+                **({"draft_q": draft_q} if draft_q else {}),
+            },
         )
     finally:
         with contextlib.suppress(Exception):
@@ -143,8 +150,8 @@ def kept_rows(path: Path, meta: dict[str, Any], measured: list[str]) -> list[dic
     if not path.is_file():
         return []
     old = json.loads(path.read_text())
-    same = ("k", "max_tokens", "prompts", "samples_per_prompt")
-    if any(old.get("meta", {}).get(key) != meta[key] for key in same):
+    same = ("k", "max_tokens", "prompts", "samples_per_prompt", "draft_q")
+    if any(old.get("meta", {}).get(key) != meta.get(key) for key in same):
         return []
     return [
         r
@@ -175,6 +182,11 @@ def main() -> None:
         choices=list(ASSISTANTS),
         help="assistant(s) to measure (repeatable; default: all)",
     )
+    ap.add_argument(
+        "--draft-q",
+        choices=["auto", "truncated", "untruncated"],
+        help="the plugin option draft_q for sampled drafts (default: the plugin's)",
+    )
     ap.add_argument("--out", default="bench/results/cpu_acceptance.json")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -183,7 +195,9 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for name in assistants:
         for method in DRAFT_METHODS:
-            rows += measure(method, temperatures, args.k, args.max_tokens, args.samples, name)
+            rows += measure(
+                method, temperatures, args.k, args.max_tokens, args.samples, name, args.draft_q
+            )
     command = "python -m bench.acceptance_cpu " + " ".join(sys.argv[1:])
     meta: dict[str, Any] = {
         "pair": "trained",
@@ -191,6 +205,7 @@ def main() -> None:
         "max_tokens": args.max_tokens,
         "prompts": len(eval_prompts()),
         "samples_per_prompt": args.samples,
+        **({"draft_q": args.draft_q} if args.draft_q else {}),
     }
     out = Path(args.out)
     kept = kept_rows(out, meta, assistants)

@@ -190,13 +190,14 @@ def test_chi_square_has_power_against_biased_samplers() -> None:
         assert chi_square_pvalue(untruncated, truncated_p2) < 1e-12, name
 
 
-def _llm(draft_sample_method: str) -> Iterator[Any]:
+def _llm(draft_sample_method: str, **options: Any) -> Iterator[Any]:
     target, assistant = pair("fp32-oracle")
     spec = {
         "method": "frozen_kv_mtp",
         "model": assistant,
         "num_speculative_tokens": 2,
         "draft_sample_method": draft_sample_method,
+        **options,
     }
     with engine(target, spec, max_num_seqs=64) as llm:
         yield llm
@@ -210,6 +211,11 @@ def spec_llm() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def sampled_llm() -> Iterator[Any]:
     yield from _llm("probabilistic")
+
+
+@pytest.fixture(scope="module")
+def untruncated_llm() -> Iterator[Any]:
+    yield from _llm("probabilistic", draft_q="untruncated")
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -279,3 +285,25 @@ def _check_distribution(
         first / drafts,
         want,
     )
+
+
+def test_untruncated_draft_q_keeps_the_distribution_and_accepts_at_its_own_rate(
+    untruncated_llm: Any,
+) -> None:
+    """draft_q="untruncated" (vLLM's q: temperature only) on this runner, which truncates
+    by default: the target distribution holds, and the first drafts are accepted at the
+    untruncated q's analytic rate, which top_k 2 sets far from the truncated q's."""
+    from transformers import AutoTokenizer
+
+    target, _ = pair("fp32-oracle")
+    setting = {"top_k": 2}
+    P = truncated_probs(oracle_logits(target), TEMPERATURE, **setting)
+    raw = oracle_logits(target, softcap=False)
+    p1 = P[AutoTokenizer.from_pretrained(target)(PROMPT)["input_ids"][-1]]
+    rates = [
+        draft_acceptance(P, truncated_probs(raw, TEMPERATURE, **kw), p1, sampled=True)
+        for kw in (setting, {})
+    ]
+    # the rate check below (4.5 standard errors, N drafts) can tell the two q apart
+    assert abs(rates[0] - rates[1]) > 9 * np.sqrt(0.25 / N), rates
+    _check_distribution(untruncated_llm, TEMPERATURE, setting, sampled=True, draft_truncated=False)

@@ -24,11 +24,11 @@ import logging
 from typing import Any
 
 import torch
-from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p, random_sample
-from vllm.v1.sample.sampler import _SAMPLING_EPS
+from vllm.v1.sample.ops.topk_topp_sampler import random_sample
 from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
+from vllm_frozen_kv_mtp.draft_q import mask_outside_top_k_top_p
 from vllm_frozen_kv_mtp.frozen_kv import (
     PADDING_SLOT_ID,
     DraftStats,
@@ -59,15 +59,10 @@ def _gather_rows(src: torch.Tensor, rows: torch.Tensor, dst: torch.Tensor) -> to
 
 def truncate_like_target(logits: torch.Tensor, sampling_metadata: Any) -> None:
     """Mask, in place, the draft logits that the request's top-k / top-p drop after its
-    temperature, as vLLM's sampler truncates the target's. Greedy rows keep their
-    argmax (both cuts keep the most likely token)."""
-    top_k, top_p = sampling_metadata.top_k, sampling_metadata.top_p
-    if top_k is None and top_p is None:
-        return
-    temperature = sampling_metadata.temperature
-    temperature = torch.where(temperature < _SAMPLING_EPS, 1.0, temperature)
-    kept = apply_top_k_top_p(logits / temperature.unsqueeze(1).to(logits.dtype), top_k, top_p)
-    logits.masked_fill_(kept.isneginf(), float("-inf"))
+    temperature, as vLLM's sampler truncates the target's (see draft_q.py)."""
+    mask_outside_top_k_top_p(
+        logits, sampling_metadata.temperature, sampling_metadata.top_k, sampling_metadata.top_p
+    )
 
 
 def redraw_seeded_rows(
@@ -179,7 +174,8 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         # with exactly the q the draft was drawn from, so the output stays p's.
         if not self._enable_probabilistic_draft_probs or sampling_metadata.all_greedy:
             return super()._sample_from_logits(logits, sampling_metadata)
-        truncate_like_target(logits, sampling_metadata)
+        if self.frozen_options.draft_q != "untruncated":  # "auto" truncates on this runner
+            truncate_like_target(logits, sampling_metadata)
         token_ids, probs = super()._sample_from_logits(logits, sampling_metadata)
         if probs is not None and sampling_metadata.generators:
             redraw_seeded_rows(token_ids, probs, sampling_metadata.generators)
