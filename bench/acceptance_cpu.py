@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vllm_frozen_kv_mtp.config import DRAFT_QS
 from vllm_frozen_kv_mtp.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
 
 DRAFT_METHODS = ("greedy", "probabilistic")
@@ -50,6 +51,7 @@ def measure(
     default), tagged on the rows when set."""
     from vllm_frozen_kv_mtp.demo import tiny_llm
 
+    options = {"draft_q": draft_q} if draft_q else {}
     target, assistant = trained_pair_paths(assistant=assistant_name)
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
     spec = {
@@ -57,7 +59,7 @@ def measure(
         "model": str(assistant),
         "num_speculative_tokens": k,
         "draft_sample_method": draft_method,
-        **({"draft_q": draft_q} if draft_q else {}),
+        **options,
     }
     llm = tiny_llm(
         str(target),
@@ -73,11 +75,7 @@ def measure(
             temperatures,
             max_tokens,
             samples,
-            {
-                "assistant": assistant_name,
-                "draft_sample_method": draft_method,
-                **({"draft_q": draft_q} if draft_q else {}),
-            },
+            {"assistant": assistant_name, "draft_sample_method": draft_method, **options},
         )
     finally:
         with contextlib.suppress(Exception):
@@ -184,7 +182,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--draft-q",
-        choices=["auto", "truncated", "untruncated"],
+        choices=DRAFT_QS,
         help="the plugin option draft_q for sampled drafts (default: the plugin's)",
     )
     ap.add_argument("--out", default="bench/results/cpu_acceptance.json")
