@@ -157,6 +157,17 @@ class Engine:
         self.runner = "v2" if cfg.use_v2_model_runner else "v1"
         self.async_ = bool(cfg.scheduler_config.async_scheduling)
         self.vocab = cfg.model_config.get_vocab_size()
+        self.attention = self._attention_backends(cfg)
+
+    @staticmethod
+    def _attention_backends(cfg: Any) -> str:
+        """The attention backends the engine's layers were built with (e.g. FLASH_ATTN for
+        FA4 on Hopper, TRITON_ATTN without it), so rows say what they measured."""
+        from vllm.config import get_layers_from_vllm_config
+        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+        layers = get_layers_from_vllm_config(cfg, AttentionLayerBase)  # type: ignore[type-abstract]
+        return ",".join(sorted({layer.get_attn_backend().get_name() for layer in layers.values()}))
 
     def _count_verify_graph_modes(self) -> Counter[str]:
         """Counts of the CUDA-graph mode each target step dispatched to (Model Runner V2),
@@ -300,6 +311,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "runner": eng.runner,
                     "async": eng.async_,
                     "mode": args.mode,
+                    "attention": eng.attention,
                     "tp": 1,
                     "tokens": args.tokens,
                     "prompt_len": args.prompt_len,

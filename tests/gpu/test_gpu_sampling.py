@@ -27,7 +27,8 @@ from tests.e2e.test_sampling_distribution import (
     _check_distribution,
 )
 from tests.gpu import GRAPH_KW
-from tests.utils.engine import clear_margin_case, drafter, engine, outputs
+from tests.utils.engine import clear_margin_case, drafter, engine, outputs, spec_metrics
+from vllm_frozen_kv_mtp.instrument import acceptance
 
 pytestmark = [
     pytest.mark.gpu,
@@ -166,3 +167,34 @@ def test_v2_default_drafts_per_batch(runner: str) -> None:
         llm.generate(prompts, sampled, use_tqdm=False)
         assert stats.sampled_rounds - sampled_rounds == stats.rounds - rounds > 0
         assert stats.graph_misses == 0
+
+
+def test_v1_sampled_drafts_with_top_k_top_p_on_a_bf16_head(runner: str) -> None:
+    """The V1 runner cuts a sampled draft's q by top_k / top_p with vLLM's sampler, whose
+    CUDA kernel takes float32 logits only: a bf16 assistant head must not reach it in its
+    own dtype. Every request completes, its drafts are sampled, and some are accepted."""
+    if runner != "v1":
+        pytest.skip("the V1 runner's cut q")
+    from vllm import SamplingParams
+
+    target, assistant, prompts, extra = clear_margin_case("trained")
+    prompts = prompts[:16]
+    settings = [
+        SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True, **kw)
+        for kw in ({"top_k": 64}, {"top_p": 0.95}, {"top_k": 64, "top_p": 0.95})
+    ] + [SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)]
+    params = [settings[i % len(settings)] for i in range(len(prompts))]
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 3}
+    kw = {**GRAPH_KW, **extra, "dtype": "bfloat16"}
+    with engine(target, spec, **kw) as llm:
+        assert llm.llm_engine.vllm_config.speculative_config.draft_sample_method == (
+            "probabilistic"
+        )
+        stats = drafter(llm).frozen_stats
+        sampled_rounds = stats.sampled_rounds
+        results = llm.generate(prompts, params, use_tqdm=False)
+        sampled_now = stats.sampled_rounds - sampled_rounds
+        acc = acceptance(spec_metrics(llm))
+    assert [len(r.outputs[0].token_ids) for r in results] == [32] * len(prompts)
+    assert sampled_now > 0
+    assert acc["accepted_tokens"] > 0
