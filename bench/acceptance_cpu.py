@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_frozen_kv_mtp.config import DRAFT_QS
 from vllm_frozen_kv_mtp.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
 
 DRAFT_METHODS = ("greedy", "probabilistic")
@@ -45,13 +44,10 @@ def measure(
     max_tokens: int,
     samples: int,
     assistant_name: str = "greedy-distilled",
-    draft_q: str | None = None,
 ) -> list[dict[str, Any]]:
-    """One engine; acceptance per temperature. ``draft_q``: the plugin option (None: its
-    default), tagged on the rows when set."""
+    """One engine; acceptance per temperature."""
     from vllm_frozen_kv_mtp.demo import tiny_llm
 
-    options = {"draft_q": draft_q} if draft_q else {}
     target, assistant = trained_pair_paths(assistant=assistant_name)
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
     spec = {
@@ -59,7 +55,6 @@ def measure(
         "model": str(assistant),
         "num_speculative_tokens": k,
         "draft_sample_method": draft_method,
-        **options,
     }
     llm = tiny_llm(
         str(target),
@@ -75,7 +70,7 @@ def measure(
             temperatures,
             max_tokens,
             samples,
-            {"assistant": assistant_name, "draft_sample_method": draft_method, **options},
+            {"assistant": assistant_name, "draft_sample_method": draft_method},
         )
     finally:
         with contextlib.suppress(Exception):
@@ -148,8 +143,8 @@ def kept_rows(path: Path, meta: dict[str, Any], measured: list[str]) -> list[dic
     if not path.is_file():
         return []
     old = json.loads(path.read_text())
-    same = ("k", "max_tokens", "prompts", "samples_per_prompt", "draft_q")
-    if any(old.get("meta", {}).get(key) != meta.get(key) for key in same):
+    same = ("k", "max_tokens", "prompts", "samples_per_prompt")
+    if any(old.get("meta", {}).get(key) != meta[key] for key in same):
         return []
     return [
         r
@@ -180,11 +175,6 @@ def main() -> None:
         choices=list(ASSISTANTS),
         help="assistant(s) to measure (repeatable; default: all)",
     )
-    ap.add_argument(
-        "--draft-q",
-        choices=DRAFT_QS,
-        help="the plugin option draft_q for sampled drafts (default: the plugin's)",
-    )
     ap.add_argument("--out", default="bench/results/cpu_acceptance.json")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -193,9 +183,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for name in assistants:
         for method in DRAFT_METHODS:
-            rows += measure(
-                method, temperatures, args.k, args.max_tokens, args.samples, name, args.draft_q
-            )
+            rows += measure(method, temperatures, args.k, args.max_tokens, args.samples, name)
     command = "python -m bench.acceptance_cpu " + " ".join(sys.argv[1:])
     meta: dict[str, Any] = {
         "pair": "trained",
@@ -203,7 +191,6 @@ def main() -> None:
         "max_tokens": args.max_tokens,
         "prompts": len(eval_prompts()),
         "samples_per_prompt": args.samples,
-        **({"draft_q": args.draft_q} if args.draft_q else {}),
     }
     out = Path(args.out)
     kept = kept_rows(out, meta, assistants)

@@ -87,8 +87,6 @@ class FrozenKVMTPConfigError(ValueError):
 CENTROID_HEADS = ("upstream", "sparse", "dense", "fused", "auto")
 #: values of the ``dense_head`` option (see dense_head.py)
 DENSE_HEADS = ("upstream", "fused", "fp8")
-#: values of the ``draft_q`` option (see draft_q.py)
-DRAFT_QS = ("auto", "truncated", "untruncated")
 #: values of the ``target_softcap`` option (see softcap_kernel.py)
 TARGET_SOFTCAPS = ("one_pass", "vllm")
 
@@ -124,11 +122,6 @@ class FrozenKVOptions:
     #: (the (k+1) x c rows of each verify pass) in one in-place kernel, bitwise vLLM's
     #: result; "vllm" keeps vLLM's three eager ops (see softcap_kernel.py)
     target_softcap: str = "one_pass"
-    #: sampled drafts' q: "truncated" cuts it by each request's top_k / top_p (after its
-    #: temperature) as the target's p is cut; "untruncated" is vLLM's q (temperature
-    #: only); "auto" (default) truncates on the V1 and CPU runners and keeps vLLM's q
-    #: on Model Runner V2, where the cut's in-graph cost is not measured yet (draft_q.py)
-    draft_q: str = "auto"
     #: ceiling of num_speculative_tokens="auto" (the goodput policy picks 0..this)
     max_num_speculative_tokens: int = AUTO_DEFAULT_K_MAX
     #: how k is chosen per step, set by the front end (not a user key): "static",
@@ -398,11 +391,6 @@ def translate_speculative_config(
             f"target_softcap must be one of {', '.join(TARGET_SOFTCAPS)}, got "
             f"{options.target_softcap!r}.",
             'pass "one_pass" (the default) or "vllm".',
-        )
-    if options.draft_q not in DRAFT_QS:
-        raise FrozenKVMTPConfigError(
-            f"draft_q must be one of {', '.join(DRAFT_QS)}, got {options.draft_q!r}.",
-            'pass "auto" (the default), "truncated" or "untruncated".',
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated["draft_sample_method"] = draft_sample_method(cfg)

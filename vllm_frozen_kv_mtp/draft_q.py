@@ -7,6 +7,11 @@ before the draft is drawn, and verifying with exactly that q, keeps the output p
 (the rejection sampler's guarantee holds for any q it is handed) and raises acceptance:
 on the committed KL-distilled pair at temperature 1.0, top_p 0.95, top_k 64 (CPU, k=3)
 the mean acceptance length is 3.00 with a truncated q against 2.77 without.
+
+The V1 (and CPU) runner cuts every sampled round's q here. Model Runner V2 keeps vLLM's
+q: in its whole-round draft graph the cut is vLLM's Triton top-k / top-p over the full
+vocabulary once per draft step, which costs a step more than the longer acceptance buys
+(docs/tuning.md, "The draft q").
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from vllm_frozen_kv_mtp.config import (
     AUTO_DEFAULT_K_MAX,
     CENTROID_HEADS,
     DENSE_HEADS,
-    DRAFT_QS,
     DRAFT_SAMPLE_METHODS,
     MAX_NUM_SPECULATIVE_TOKENS,
     PASSTHROUGH_KEYS,
@@ -111,12 +110,6 @@ EXPERT_KEYS: dict[str, KeyHelp] = {
     "target_softcap": KeyHelp(
         _plugin_default("target_softcap"),
         f"{_one_of(TARGET_SOFTCAPS)}; the target's logit soft-cap in one pass (NVIDIA)",
-        TUNING,
-    ),
-    "draft_q": KeyHelp(
-        _plugin_default("draft_q"),
-        f"{_one_of(DRAFT_QS)}; sampled drafts' q cut by each request's top_k / top_p "
-        '(like p), or vLLM\'s temperature-only q; "auto": cut on V1/CPU, not on V2',
         TUNING,
     ),
     "kv_guard": KeyHelp(

@@ -213,11 +213,6 @@ def sampled_llm() -> Iterator[Any]:
     yield from _llm("probabilistic")
 
 
-@pytest.fixture(scope="module")
-def untruncated_llm() -> Iterator[Any]:
-    yield from _llm("probabilistic", draft_q="untruncated")
-
-
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_verified_tokens_follow_the_target_distribution(spec_llm: Any, setting: str) -> None:
     _check_distribution(spec_llm, TEMPERATURE, SETTINGS[setting], sampled=False)
@@ -285,25 +280,3 @@ def _check_distribution(
         first / drafts,
         want,
     )
-
-
-def test_untruncated_draft_q_keeps_the_distribution_and_accepts_at_its_own_rate(
-    untruncated_llm: Any,
-) -> None:
-    """draft_q="untruncated" (vLLM's q: temperature only) on this runner, which truncates
-    by default: the target distribution holds, and the first drafts are accepted at the
-    untruncated q's analytic rate, which top_k 2 sets far from the truncated q's."""
-    from transformers import AutoTokenizer
-
-    target, _ = pair("fp32-oracle")
-    setting = {"top_k": 2}
-    P = truncated_probs(oracle_logits(target), TEMPERATURE, **setting)
-    raw = oracle_logits(target, softcap=False)
-    p1 = P[AutoTokenizer.from_pretrained(target)(PROMPT)["input_ids"][-1]]
-    rates = [
-        draft_acceptance(P, truncated_probs(raw, TEMPERATURE, **kw), p1, sampled=True)
-        for kw in (setting, {})
-    ]
-    # the rate check below (4.5 standard errors, N drafts) can tell the two q apart
-    assert abs(rates[0] - rates[1]) > 9 * np.sqrt(0.25 / N), rates
-    _check_distribution(untruncated_llm, TEMPERATURE, setting, sampled=True, draft_truncated=False)

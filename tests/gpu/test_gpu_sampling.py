@@ -3,10 +3,10 @@ scheduling): the target distribution is kept (chi-square against the oracle pair
 marginals, as in tests/e2e/test_sampling_distribution.py) and greedy requests stay
 token-identical to no speculation.
 
-On Model Runner V2 the draft q is by default vLLM's: the assistant's softmax at the
-request's temperature (no top-k / top-p), Gumbel-sampled inside the whole-round draft
-graph, its logits cached for the rejection sampler; with draft_q="truncated" it is cut by
-each request's top_k / top_p in the graph too. Block verification is vLLM's too (Sun et al.);
+On Model Runner V2 the draft q is vLLM's: the assistant's softmax at the request's
+temperature (no top-k / top-p), Gumbel-sampled inside the whole-round draft graph, its
+logits cached for the rejection sampler. The V1 runner cuts q by top_k / top_p (a bf16
+head included, below). Block verification is vLLM's too (Sun et al.);
 it accepts at other per-position rates than the standard ratio test, so only the
 distribution is checked for it.
 """
@@ -80,33 +80,6 @@ def test_v2_sampling_keeps_the_target_distribution(
     )
     stats = drafter(llm).frozen_stats
     assert stats.graph_misses == 0
-
-
-@pytest.fixture(scope="module")
-def truncated_q_llm() -> Iterator[Any]:
-    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0":
-        pytest.skip("the V1 runner cuts q by default (tests/e2e/test_sampling_distribution.py)")
-    target, assistant = pair("fp32-oracle")
-    spec = {**_spec(assistant, "sampled"), "draft_q": "truncated"}
-    with engine(target, spec, max_num_seqs=64, **GRAPH_KW) as llm:
-        assert llm.llm_engine.vllm_config.use_v2_model_runner
-        yield llm
-
-
-@pytest.mark.parametrize("setting", list(SAMPLED_SETTINGS))
-def test_v2_truncated_q_keeps_the_target_distribution_at_its_own_rate(
-    truncated_q_llm: Any, setting: str
-) -> None:
-    """draft_q="truncated": q is cut by each request's top_k / top_p inside the draft
-    graph; the distribution holds and the first drafts are accepted at the cut q's rate."""
-    _check_distribution(
-        truncated_q_llm,
-        SAMPLED_TEMPERATURE,
-        SAMPLED_SETTINGS[setting],
-        sampled=True,
-        draft_truncated=True,
-    )
-    assert drafter(truncated_q_llm).frozen_stats.graph_misses == 0
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

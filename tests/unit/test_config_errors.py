@@ -53,7 +53,6 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
         "draft_attention": "vllm",
         "dense_head": "upstream",
         "target_softcap": "one_pass",
-        "draft_q": "auto",
         "max_num_speculative_tokens": 7,
         "k_policy": "static",
         "num_speculative_tokens": 3,
@@ -72,7 +71,6 @@ def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
         "draft_attention": "split",
         "dense_head": "fp8",
         "target_softcap": "vllm",
-        "draft_q": "untruncated",
         "enforce_eager": True,
     }
     cfg = _engine_config(target, spec, additional_config={"other_plugin": 1})
@@ -82,7 +80,6 @@ def test_plugin_options_and_passthrough_keys(fp32: tuple[str, str]) -> None:
     assert cfg.additional_config["frozen_kv_mtp"]["draft_attention"] == "split"
     assert cfg.additional_config["frozen_kv_mtp"]["dense_head"] == "fp8"
     assert cfg.additional_config["frozen_kv_mtp"]["target_softcap"] == "vllm"
-    assert cfg.additional_config["frozen_kv_mtp"]["draft_q"] == "untruncated"
     assert cfg.additional_config["other_plugin"] == 1
     assert cfg.speculative_config.enforce_eager is True
 
@@ -281,12 +278,6 @@ def test_bad_plugin_option_type(fp32: tuple[str, str]) -> None:
         {"method": "frozen_kv_mtp", "model": assistant, "target_softcap": "fused"},
         "target_softcap must be one of one_pass, vllm",
         '"one_pass" (the default)',
-    )
-    _refused(
-        target,
-        {"method": "frozen_kv_mtp", "model": assistant, "draft_q": True},
-        "draft_q must be one of auto, truncated, untruncated",
-        '"auto" (the default)',
     )
     for rows in ("8", -2, 1.5, True):
         _refused(

@@ -1,15 +1,8 @@
-"""A draft q truncated like the target's p (option ``draft_q``): the mask itself, against
-an independent numpy reference, and where Model Runner V2 applies it (the speculator's
-``compute_draft_logits``, read by the parent's Gumbel draw and logits cache).
-
-The V2 speculator is ``tests/utils/v2_speculator.py``'s stand-in (no model, no engine);
-the sampler's per-request top_k / top_p stand in for vLLM's ``SamplingStates``, which
-needs pinned memory a CPU-only host lacks.
-"""
+"""The V1 runner's draft q, truncated like the target's p (draft_q.py): the mask itself,
+against an independent numpy reference of vLLM's sampler, in the head's dtypes."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,7 +10,6 @@ import pytest
 import torch
 
 from tests.e2e.test_sampling_distribution import truncated_probs
-from tests.utils.v2_speculator import stand_in_speculator
 from vllm_frozen_kv_mtp import draft_q
 from vllm_frozen_kv_mtp.draft_q import mask_outside_top_k_top_p
 
@@ -69,42 +61,3 @@ def test_no_top_k_or_top_p_leaves_the_logits() -> None:
     before = logits.clone()
     mask_outside_top_k_top_p(logits, torch.ones(3), None, None)
     assert torch.equal(logits, before)
-
-
-# ---- Model Runner V2: the speculator's hook --------------------------------------
-
-
-def _v2_speculator(draft_q_option: str, greedy_round: bool = False) -> Any:
-    spec = stand_in_speculator(k=2, max_reqs=4, manager=None)
-    spec.frozen_options = SimpleNamespace(kv_guard=False, draft_q=draft_q_option)
-    torch.manual_seed(1)
-    spec.model_logits = torch.randn(4, VOCAB) * 3
-    spec.model = SimpleNamespace(compute_logits=lambda hidden: spec.model_logits.clone())
-    # request-state slots 2, 0, 3, 1 hold the batch's rows 0..3
-    spec.idx_mapping[:] = torch.tensor([2, 0, 3, 1])
-    spec.temperature[:] = torch.tensor([1.0, 0.5, 1.0, 2.0])  # by slot
-    top_k = torch.tensor([VOCAB, 4, 10, VOCAB], dtype=torch.int32)  # by slot
-    top_p = torch.tensor([0.9, 1.0, 1.0, 1.0])
-    spec.attach_sampling_states(
-        SimpleNamespace(top_k=SimpleNamespace(gpu=top_k), top_p=SimpleNamespace(gpu=top_p))
-    )
-    spec._greedy_round = greedy_round
-    return spec
-
-
-def test_v2_truncated_q_cuts_each_row_by_its_requests_settings() -> None:
-    spec = _v2_speculator("truncated")
-    logits = spec.compute_draft_logits(torch.zeros(4, 8), 0)
-    slots = [2, 0, 3, 1]
-    temps, ks, ps = [1.0, 0.5, 1.0, 2.0], [VOCAB, 4, 10, VOCAB], [0.9, 1.0, 1.0, 1.0]
-    for row, slot in enumerate(slots):
-        want = _kept_reference(spec.model_logits[row], temps[slot], ks[slot], ps[slot])
-        assert (~logits[row].isneginf()).numpy().tolist() == want.tolist(), row
-    assert int((~logits[0].isneginf()).sum()) == 10  # row 0 is slot 2: top_k 10
-
-
-@pytest.mark.parametrize(("option", "greedy_round"), [("auto", False), ("truncated", True)])
-def test_v2_keeps_vllms_q_by_default_and_in_greedy_rounds(option: str, greedy_round: bool) -> None:
-    spec = _v2_speculator(option, greedy_round)
-    logits = spec.compute_draft_logits(torch.zeros(4, 8), 0)
-    assert torch.equal(logits, spec.model_logits)

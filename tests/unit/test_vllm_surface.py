@@ -65,12 +65,9 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
     # Per-batch draft family: the runner's sampler states (patch 7), host temperatures
     "vllm.v1.worker.gpu.model_runner.GPUModelRunner": ("load_model", "speculator", "sampler"),
     "vllm.v1.worker.gpu.sample.sampler.Sampler": ("sampling_states",),
-    # ... and, for draft_q="truncated", each request's top_k / top_p on the device
-    "vllm.v1.worker.gpu.sample.states.SamplingStates": ("temperature", "top_k", "top_p"),
-    "vllm.v1.worker.gpu.buffer_utils.UvaBackedTensor": ("np", "gpu"),
-    "vllm.v1.worker.gpu.spec_decode.speculator.DraftModelSpeculator": (
-        "draft_logits", "temperature", "idx_mapping", "compute_draft_logits",
-    ),
+    "vllm.v1.worker.gpu.sample.states.SamplingStates": ("temperature",),
+    "vllm.v1.worker.gpu.buffer_utils.UvaBackedTensor": ("np",),
+    "vllm.v1.worker.gpu.spec_decode.speculator.DraftModelSpeculator": ("draft_logits",),
     "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
     ".TargetDependentARSpeculator": ("decode_cudagraph_manager", "init_cudagraph_manager"),
     "vllm.v1.worker.gpu.input_batch.InputBuffers": (

@@ -174,8 +174,7 @@ class FrozenKVMTPProposer(Gemma4Proposer):
         # with exactly the q the draft was drawn from, so the output stays p's.
         if not self._enable_probabilistic_draft_probs or sampling_metadata.all_greedy:
             return super()._sample_from_logits(logits, sampling_metadata)
-        if self.frozen_options.draft_q != "untruncated":  # "auto" truncates on this runner
-            truncate_like_target(logits, sampling_metadata)
+        truncate_like_target(logits, sampling_metadata)
         token_ids, probs = super()._sample_from_logits(logits, sampling_metadata)
         if probs is not None and sampling_metadata.generators:
             redraw_seeded_rows(token_ids, probs, sampling_metadata.generators)

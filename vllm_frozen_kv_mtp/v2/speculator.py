@@ -44,7 +44,6 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
 )
 
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
-from vllm_frozen_kv_mtp.draft_q import mask_outside_top_k_top_p
 from vllm_frozen_kv_mtp.frozen_kv import (
     DraftStats,
     KVWriteError,
@@ -121,12 +120,6 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
                 str(buffer.dtype).removeprefix("torch."),
                 buffer.numel() * buffer.element_size() / 2**20,
             )
-            if self.truncates_draft_q:
-                logger.info(
-                    "frozen_kv_mtp: draft_q='truncated': sampled rounds cut q by each "
-                    "request's top_k / top_p inside the draft graph, from a float32 copy "
-                    "of the round's logits (rows x vocab x 4 B per draft step)"
-                )
             for name, is_set in (
                 ("centroid_head", options.centroid_head not in ("auto", "upstream")),
                 ("dense_head", options.dense_head != "upstream"),
@@ -526,27 +519,6 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
                     cudagraph_runtime_mode=batch_desc.cg_mode,
                     num_speculative_steps=num_speculative_steps,
                 )
-
-    # ---- sampled drafts: q truncated like the target's p -------------------------
-
-    @property
-    def truncates_draft_q(self) -> bool:
-        """Option draft_q: "auto" keeps vLLM's q on this runner (see draft_q.py)."""
-        return self.frozen_options.draft_q == "truncated"
-
-    def compute_draft_logits(self, hidden_states: torch.Tensor, spec_step_idx: int) -> torch.Tensor:
-        logits = super().compute_draft_logits(hidden_states, spec_step_idx)
-        states = self.frozen_sampling_states
-        if self._greedy_round or not self.truncates_draft_q or states is None:
-            return logits
-        # The parent Gumbel-samples from these logits and caches them as the rejection
-        # sampler's q, so cutting them here cuts both the draw and the q it is checked
-        # with. Per-row values by request-state slot: device gathers, graph-safe.
-        slot = self.idx_mapping[: logits.shape[0]].clamp(min=0)
-        mask_outside_top_k_top_p(
-            logits, self.temperature[slot], states.top_k.gpu[slot], states.top_p.gpu[slot]
-        )
-        return logits
 
     # ---- draft tokens from a centroid head -------------------------------------
 
