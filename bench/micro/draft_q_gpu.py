@@ -1,12 +1,16 @@
-"""Per-step cost of draft_q="truncated" on CUDA, alone (no engine): the cut of a sampled
-draft's q by each request's top_k / top_p (`draft_q.mask_outside_top_k_top_p`) on one
-draft step's logits, Gemma 4's vocabulary (262144), bf16, captured in a CUDA graph as the
-whole-round draft graph holds it. A round pays it once per draft step (k times).
+"""Per-step cost on CUDA, alone (no engine), of cutting a sampled draft's q by each
+request's top_k / top_p (`draft_q.mask_outside_top_k_top_p`, which the V1 runner applies
+and Model Runner V2 does not) on one draft step's logits, Gemma 4's vocabulary (262144),
+bf16, captured in a CUDA graph as V2's whole-round draft graph would hold it. A round
+would pay it once per draft step (k times).
 
     python -m bench.micro.draft_q_gpu --rows 1,8,32,128,256 --json bench/results/h200_draft_q.json
 
 Settings per row: Gemma 4's recommended temperature 1.0, top_k 64, top_p 0.95, and the
-two cuts alone. Prints JSON rows and a table (microseconds per draft step).
+two cuts alone, on bell-shaped logits; and the recommended setting on rows shaped like an
+E2B/E4B centroid head's (4096 candidate logits, every other token at bf16's lowest finite
+value, as vLLM's masked embedder fills them). Prints JSON rows and a table (microseconds
+per draft step).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "top_k=64,top_p=0.95": {"top_k": 64, "top_p": 0.95},
     "top_k=64": {"top_k": 64, "top_p": None},
     "top_p=0.95": {"top_k": None, "top_p": 0.95},
+    "top_k=64,top_p=0.95,centroid-masked": {"top_k": 64, "top_p": 0.95, "candidates": 4096},
 }
 
 
@@ -32,6 +37,10 @@ def measure(rows: int, vocab: int, setting: dict[str, Any], replays: int) -> dic
 
     g = torch.Generator(device="cuda").manual_seed(rows)
     logits = torch.randn(rows, vocab, device="cuda", generator=g).mul_(4).to(torch.bfloat16)
+    if "candidates" in setting:
+        keep = torch.rand(rows, vocab, device="cuda", generator=g).argsort(dim=1)
+        outside = keep[:, setting["candidates"] :]
+        logits.scatter_(1, outside, torch.finfo(torch.bfloat16).min)
     temperature = torch.ones(rows, device="cuda")
     top_k = (
         None
