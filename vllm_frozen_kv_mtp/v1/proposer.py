@@ -28,7 +28,6 @@ from vllm.v1.sample.ops.topk_topp_sampler import random_sample
 from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
 from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
-from vllm_frozen_kv_mtp.draft_q import mask_outside_top_k_top_p
 from vllm_frozen_kv_mtp.frozen_kv import (
     PADDING_SLOT_ID,
     DraftStats,
@@ -46,6 +45,7 @@ from vllm_frozen_kv_mtp.kv_readonly import (
     copy_target_kv_scales,
 )
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
+from vllm_frozen_kv_mtp.v1.draft_q import mask_outside_top_k_top_p
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
