@@ -120,10 +120,6 @@ EXPERT_KEYS: dict[str, KeyHelp] = {
 }
 
 
-def documented_keys() -> set[str]:
-    return set(USER_KEYS) | set(EXPERT_KEYS)
-
-
 def accepted_keys() -> set[str]:
     """What the config parser lets through (config._check_keys)."""
     return set(PASSTHROUGH_KEYS) | set(PLUGIN_KEYS) | {"method"}

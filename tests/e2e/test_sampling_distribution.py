@@ -190,14 +190,13 @@ def test_chi_square_has_power_against_biased_samplers() -> None:
         assert chi_square_pvalue(untruncated, truncated_p2) < 1e-12, name
 
 
-def _llm(draft_sample_method: str, **options: Any) -> Iterator[Any]:
+def _llm(draft_sample_method: str) -> Iterator[Any]:
     target, assistant = pair("fp32-oracle")
     spec = {
         "method": "frozen_kv_mtp",
         "model": assistant,
         "num_speculative_tokens": 2,
         "draft_sample_method": draft_sample_method,
-        **options,
     }
     with engine(target, spec, max_num_seqs=64) as llm:
         yield llm
