@@ -338,7 +338,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 rows.append(row)
                 with open(args.out, "a") as f:  # row by row: a run cut short keeps its rows
                     f.write(json.dumps(row) + "\n")
-        eng.set_k("auto")
+        # the next concurrency's warm-up runs unpinned: "auto", or upstream's full k
+        eng.set_k("auto" if eng.method == "frozen_kv_mtp" else eng.k_max)
     return rows
 
 
