@@ -227,6 +227,17 @@ class Engine:
         return int(m.get("num_drafts", 0) or 0), int(m.get("num_accepted_tokens", 0) or 0)
 
 
+def interleaved(cells: list[Any], repeats: int) -> list[Any]:
+    """The order of a concurrency's timed runs: every round runs each cell once, each
+    round starting ``len(cells) // repeats`` cells further on. Step times drift over a
+    concurrency's runs (clocks, caches, the host) by more than the gaps between the
+    settings compared, so each row's runs spread over the whole span instead of sitting
+    together where the drift happens to be kind or unkind."""
+    n = len(cells)
+    stride = max(1, n // max(1, repeats))
+    return [cells[(r * stride + i) % n] for r in range(repeats) for i in range(n)]
+
+
 def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -253,9 +264,25 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     elif eng.method != "none":
         settings = [eng.k_max]
     profiles = args.profiles.split(",") if eng.method != "none" else ["-"]
-    temperatures = args.temperatures
+    cells = [(t, p, s) for t in args.temperatures for p in profiles for s in settings]
     rows: list[dict[str, Any]] = []
     n_prompt = args.prompt_len
+
+    def apply(cell: tuple[float, str, int | str]) -> None:
+        nonlocal temperature
+        temperature, profile, setting = cell
+        if profile != "-":
+            eng.set_profile(profile)
+        eng.set_k(setting)
+        if setting == "auto":
+            # the policy learns this traffic first, as a serving engine would have:
+            # AUTO_WARMUP_STEPS steps from nothing known
+            s0 = eng.steps
+            for _ in range(50):
+                eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
+                if eng.steps - s0 >= AUTO_WARMUP_STEPS:
+                    break
+
     for c in [int(x) for x in args.concurrency.split(",")]:
         batch = [
             TokensPrompt(prompt_token_ids=[rng.randrange(10, eng.vocab) for _ in range(n_prompt)])
@@ -265,79 +292,74 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         t = time.perf_counter()
         eng.llm.generate(batch, params(1), use_tqdm=False)
         prefill = time.perf_counter() - t
-        for temperature, profile in [(t, p) for t in temperatures for p in profiles]:
-            if profile != "-":
-                eng.set_profile(profile)
-            for setting in settings:
-                eng.set_k(setting)
-                policy = getattr(eng.scheduler, "k_policy", None)
-                if setting == "auto":
-                    # the policy learns this traffic first, as a serving engine would have:
-                    # AUTO_WARMUP_STEPS steps from nothing known
-                    s0 = eng.steps
-                    for _ in range(50):
-                        eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
-                        if eng.steps - s0 >= AUTO_WARMUP_STEPS:
-                            break
-                chosen0 = dict(policy.chosen) if policy is not None else {}
-                eng.graph_modes.clear()
-                samples = []
-                for _ in range(args.repeats):
-                    d0, a0 = eng.spec_counts()
-                    s0 = eng.steps
-                    t = time.perf_counter()
-                    eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
-                    decode = max(time.perf_counter() - t - prefill, 1e-9)
-                    d1, a1 = eng.spec_counts()
-                    steps = max(eng.steps - s0 - 1, 1)
-                    samples.append((decode, steps, d1 - d0, a1 - a0))
-                decode, steps, drafts, accepted = sorted(samples)[len(samples) // 2]
-                row: dict[str, Any] = {
-                    "model": args.model,
-                    "method": eng.method
-                    + (":auto" if setting == "auto" else "")
-                    + (":schedule" if setting == "schedule" else ""),
-                    "k": eng.k_max if isinstance(setting, str) else setting,
-                    "concurrency": c,
-                    "profile": profile,
-                    "temperature": temperature,
-                    "decode_tok_s": round(c * (args.tokens - 1) / decode, 1),
-                    "mean_acceptance_length": round(1 + accepted / drafts, 3) if drafts else 1.0,
-                    "step_ms": round(1000 * decode / steps, 3),
-                    "vllm_version": eng.vllm_version,
-                    "engine": eng.kind,
-                    "pinned": eng.sweep and isinstance(setting, int),
-                    "options": eng.options,
-                    "runner": eng.runner,
-                    "async": eng.async_,
-                    "mode": args.mode,
-                    "attention": eng.attention,
-                    "tp": 1,
-                    "tokens": args.tokens,
-                    "prompt_len": args.prompt_len,
-                    "load_s": round(eng.load_s, 1),
-                    "decode_s_samples": [round(s[0], 4) for s in samples],
-                }
-                if policy is not None and setting == "auto":
-                    counts = {k: n - chosen0.get(k, 0) for k, n in sorted(policy.chosen.items())}
-                    counts = {k: n for k, n in counts.items() if n}
-                    row["k_counts"] = counts
-                    total = sum(counts.values()) or 1
-                    row["mean_k"] = round(sum(k * n for k, n in counts.items()) / total, 2)
-                if eng.graph_modes:
-                    row["verify_graph_modes"] = dict(sorted(eng.graph_modes.items()))
-                if args.trace:
-                    try:
-                        row["trace"] = trace_one_run(eng, batch, params(args.tokens))
-                    except Exception as e:  # a diagnostic: the row stands without it
-                        row["trace"] = {"error": repr(e)[:300]}
-                stats = getattr(_drafter(eng), "frozen_stats", None)
-                if stats is not None:
-                    row["graph_misses"] = stats.graph_misses
-                print("ROW", json.dumps(row), flush=True)
-                rows.append(row)
-                with open(args.out, "a") as f:  # row by row: a run cut short keeps its rows
-                    f.write(json.dumps(row) + "\n")
+        samples: dict[Any, list[tuple[float, int, int, int]]] = {cell: [] for cell in cells}
+        chosen: dict[Any, Counter[int]] = {cell: Counter() for cell in cells}
+        modes: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
+        for cell in interleaved(cells, args.repeats):
+            apply(cell)
+            policy = getattr(eng.scheduler, "k_policy", None)
+            chosen0 = Counter(policy.chosen) if policy is not None else Counter()
+            eng.graph_modes.clear()
+            d0, a0 = eng.spec_counts()
+            s0 = eng.steps
+            t = time.perf_counter()
+            eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
+            decode = max(time.perf_counter() - t - prefill, 1e-9)
+            d1, a1 = eng.spec_counts()
+            samples[cell].append((decode, max(eng.steps - s0 - 1, 1), d1 - d0, a1 - a0))
+            if policy is not None and cell[2] == "auto":
+                chosen[cell] += Counter(policy.chosen) - chosen0
+            modes[cell] += eng.graph_modes
+        for cell in cells:
+            temperature, profile, setting = cell
+            decode, steps, drafts, accepted = sorted(samples[cell])[len(samples[cell]) // 2]
+            row: dict[str, Any] = {
+                "model": args.model,
+                "method": eng.method
+                + (":auto" if setting == "auto" else "")
+                + (":schedule" if setting == "schedule" else ""),
+                "k": eng.k_max if isinstance(setting, str) else setting,
+                "concurrency": c,
+                "profile": profile,
+                "temperature": temperature,
+                "decode_tok_s": round(c * (args.tokens - 1) / decode, 1),
+                "mean_acceptance_length": round(1 + accepted / drafts, 3) if drafts else 1.0,
+                "step_ms": round(1000 * decode / steps, 3),
+                "vllm_version": eng.vllm_version,
+                "engine": eng.kind,
+                "pinned": eng.sweep and isinstance(setting, int),
+                "options": eng.options,
+                "runner": eng.runner,
+                "async": eng.async_,
+                "mode": args.mode,
+                "attention": eng.attention,
+                "tp": 1,
+                "tokens": args.tokens,
+                "prompt_len": args.prompt_len,
+                "load_s": round(eng.load_s, 1),
+                "decode_s_samples": [round(x[0], 4) for x in samples[cell]],
+                "interleaved": True,
+            }
+            if setting == "auto" and chosen[cell]:
+                counts = dict(sorted(chosen[cell].items()))
+                row["k_counts"] = counts
+                total = sum(counts.values())
+                row["mean_k"] = round(sum(k * n for k, n in counts.items()) / total, 2)
+            if modes[cell]:
+                row["verify_graph_modes"] = dict(sorted(modes[cell].items()))
+            if args.trace:
+                apply(cell)
+                try:
+                    row["trace"] = trace_one_run(eng, batch, params(args.tokens))
+                except Exception as e:  # a diagnostic: the row stands without it
+                    row["trace"] = {"error": repr(e)[:300]}
+            stats = getattr(_drafter(eng), "frozen_stats", None)
+            if stats is not None:
+                row["graph_misses"] = stats.graph_misses
+            print("ROW", json.dumps(row), flush=True)
+            rows.append(row)
+            with open(args.out, "a") as f:  # concurrency by concurrency: a cut run keeps its rows
+                f.write(json.dumps(row) + "\n")
         # the next concurrency's warm-up runs unpinned: "auto", or upstream's full k
         eng.set_k("auto" if eng.method == "frozen_kv_mtp" else eng.k_max)
     return rows

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench.gpu_tokens import _ks, _temperatures, report, variable_k_tax
+from bench.gpu_tokens import _ks, _temperatures, interleaved, report, variable_k_tax
 
 
 def _row(
@@ -67,3 +67,16 @@ def test_run_flags_are_checked_before_any_engine_starts() -> None:
     for parse, bad in ((_ks, "0,x"), (_ks, "-1"), (_temperatures, "1,-1"), (_temperatures, "a")):
         with pytest.raises(argparse.ArgumentTypeError):
             parse(bad)
+
+
+@pytest.mark.parametrize(("n", "repeats"), [(8, 3), (24, 3), (2, 3), (1, 1), (7, 5)])
+def test_interleaved_runs_spread_every_row_over_the_concurrency(n: int, repeats: int) -> None:
+    cells = list(range(n))
+    order = interleaved(cells, repeats)
+    rounds = [order[r * n : (r + 1) * n] for r in range(repeats)]
+    assert all(sorted(r) == cells for r in rounds)  # each round times every row once
+    if n >= repeats > 1:
+        assert len({r[0] for r in rounds}) == repeats  # and starts somewhere new
+        # no row has all its runs at the start (or the end) of the span
+        mean_position = [sum(r.index(c) for r in rounds) / repeats for c in cells]
+        assert max(mean_position) - min(mean_position) < n / 2
