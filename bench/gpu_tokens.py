@@ -416,11 +416,18 @@ def _drafter(eng: Engine) -> Any:
 # ---- the report ------------------------------------------------------------------
 
 
+#: a method's name in ``--engine`` (frozen:4 is frozen_kv_mtp's static k=4 engine)
+ENGINE_NAME = {"frozen_kv_mtp": "frozen", "mtp": "mtp"}
+
+
 def best_static(rows: list[dict[str, Any]], method: str) -> dict[tuple[str, str, int], Any]:
-    """(model, profile, c) -> the row of ``method``'s best pinned k."""
+    """(model, profile, c) -> the row of ``method``'s best fixed k: a k pinned in a sweep
+    engine, or a static engine without options (upstream's sweep engine runs some steps
+    without their CUDA graph, so its static k=4 engine can beat its pinned k=4)."""
     best: dict[tuple[str, str, int], Any] = {}
     for r in rows:
-        if r["method"] != method or not r.get("pinned"):
+        static = not r.get("options") and r.get("engine") == f"{ENGINE_NAME[method]}:{r['k']}"
+        if r["method"] != method or not (r.get("pinned") or static):
             continue
         key = (r["model"], r["profile"], r["concurrency"])
         if key not in best or r["decode_tok_s"] > best[key]["decode_tok_s"]:

@@ -40,10 +40,10 @@ ROWS = [
 ]
 
 
-def test_report_ratios_use_greedy_rows_and_the_best_pinned_k() -> None:
+def test_report_ratios_use_greedy_rows_and_the_best_fixed_k() -> None:
     line = next(x for x in report(ROWS).splitlines() if x.startswith("| E4B | chat | 32 |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[3:7] == ["5000", "8800", "-", "9800 (k=4)"]
+    assert cells[3:7] == ["5000", "8800", "8800 (k=4)", "9800 (k=4)"]
     assert cells[8] == "12000 (3.5)"
     assert cells[9:] == ["2.40", "1.22", "1.36"]
 
@@ -80,3 +80,16 @@ def test_interleaved_runs_spread_every_row_over_the_concurrency(n: int, repeats:
         # no row has all its runs at the start (or the end) of the span
         mean_position = [sum(r.index(c) for r in rounds) / repeats for c in cells]
         assert max(mean_position) - min(mean_position) < n / 2
+
+
+def test_best_fixed_k_counts_static_engines_without_options() -> None:
+    rows = [
+        *ROWS,
+        _row("mtp:sweep", "mtp", 4, 8000.0, 9.9, pinned=True),
+        _row("mtp:sweep", "mtp", 2, 8500.0, 8.0, pinned=True),
+        _row("frozen:4", "frozen_kv_mtp", 4, 99999.0, 1.0, options="target_softcap=vllm"),
+    ]
+    line = next(x for x in report(rows).splitlines() if x.startswith("| E4B | chat | 32 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    # mtp's static k=4 engine beats its pinned rows; an engine with options is not a fixed k
+    assert cells[5:7] == ["8800 (k=4)", "9800 (k=4)"]
