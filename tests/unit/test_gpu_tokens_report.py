@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from bench.gpu_tokens import _ks, _temperatures, interleaved, report, variable_k_tax
+from bench.gpu_tokens import (
+    _ks,
+    _temperatures,
+    interleaved,
+    repeats_at,
+    report,
+    variable_k_tax,
+)
 
 
 def _row(
@@ -93,3 +100,9 @@ def test_best_fixed_k_counts_static_engines_without_options() -> None:
     cells = [c.strip() for c in line.strip("|").split("|")]
     # mtp's static k=4 engine beats its pinned rows; an engine with options is not a fixed k
     assert cells[5:7] == ["8800 (k=4)", "9800 (k=4)"]
+
+
+def test_min_tokens_adds_runs_only_where_a_row_decodes_few_tokens() -> None:
+    # 128 output tokens per request: 127 decoded per request and run
+    assert [repeats_at(c, 3, 2048, 128) for c in (1, 8, 32, 128)] == [17, 3, 3, 3]
+    assert [repeats_at(c, 3, 0, 128) for c in (1, 8)] == [3, 3]  # off by default
