@@ -238,6 +238,14 @@ def interleaved(cells: list[Any], repeats: int) -> list[Any]:
     return [cells[(r * stride + i) % n] for r in range(repeats) for i in range(n)]
 
 
+def common_draw_seeds(concurrency: int, run: int) -> list[int]:
+    """Request seeds of a row's ``run``-th timed run. Model Runner V2 draws a request's
+    synthetic acceptance from (its seed, the token's position), so every row's n-th run
+    meets the same draws: rows differ by their k and their engine, not by their luck,
+    while a row's runs still draw apart."""
+    return [run * concurrency + i for i in range(concurrency)]
+
+
 def repeats_at(concurrency: int, repeats: int, min_tokens: int, tokens: int) -> int:
     """Timed runs per row at this concurrency. A run at low concurrency decodes few tokens:
     at c=1 it is about 30 draft rounds, so its acceptance (and a batch's run time, which
@@ -256,12 +264,25 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     temperature = 0.0
 
-    def params(n: int) -> Any:
+    def params(n: int, seeds: list[int] | None = None) -> Any:
         # Gemma 4's recommended sampling at T > 0; greedy at T = 0
         sampled = dict(top_p=0.95, top_k=64) if temperature > 0 else {}
-        return SamplingParams(
-            temperature=temperature, max_tokens=n, ignore_eos=True, detokenize=False, **sampled
-        )
+
+        def one(seed: int | None) -> Any:
+            return SamplingParams(
+                temperature=temperature,
+                max_tokens=n,
+                ignore_eos=True,
+                detokenize=False,
+                seed=seed,
+                **sampled,
+            )
+
+        # seeds only where they pick synthetic draws: sampled requests keep vLLM's own
+        # (unseeded) sampling path, as users' traffic does
+        if seeds is None or temperature > 0 or not eng.synthetic:
+            return one(None)
+        return [one(x) for x in seeds]
 
     settings: list[int | str] = [0]
     if eng.sweep:
@@ -312,7 +333,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             d0, a0 = eng.spec_counts()
             s0 = eng.steps
             t = time.perf_counter()
-            eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
+            seeds = common_draw_seeds(c, len(samples[cell]))
+            eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
             decode = max(time.perf_counter() - t - prefill, 1e-9)
             d1, a1 = eng.spec_counts()
             samples[cell].append((decode, max(eng.steps - s0 - 1, 1), d1 - d0, a1 - a0))
@@ -351,6 +373,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "load_s": round(eng.load_s, 1),
                 "decode_s_samples": [round(x[0], 4) for x in samples[cell]],
                 "interleaved": True,
+                "common_draws": eng.synthetic and not temperature,
             }
             if setting == "auto" and chosen[cell]:
                 counts = dict(sorted(chosen[cell].items()))
@@ -362,7 +385,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             if args.trace:
                 apply(cell)
                 try:
-                    row["trace"] = trace_one_run(eng, batch, params(args.tokens))
+                    seeds = common_draw_seeds(c, len(samples[cell]))
+                    row["trace"] = trace_one_run(eng, batch, params(args.tokens, seeds))
                 except Exception as e:  # a diagnostic: the row stands without it
                     row["trace"] = {"error": repr(e)[:300]}
             stats = getattr(_drafter(eng), "frozen_stats", None)

@@ -10,6 +10,7 @@ import pytest
 from bench.gpu_tokens import (
     _ks,
     _temperatures,
+    common_draw_seeds,
     interleaved,
     repeats_at,
     report,
@@ -106,3 +107,10 @@ def test_min_tokens_adds_runs_only_where_a_row_decodes_few_tokens() -> None:
     # 128 output tokens per request: 127 decoded per request and run
     assert [repeats_at(c, 3, 2048, 128) for c in (1, 8, 32, 128)] == [17, 3, 3, 3]
     assert [repeats_at(c, 3, 0, 128) for c in (1, 8)] == [3, 3]  # off by default
+
+
+def test_common_draws_match_across_rows_and_differ_across_runs() -> None:
+    # the n-th run of every row at a concurrency meets the same requests' seeds
+    assert common_draw_seeds(4, 0) == common_draw_seeds(4, 0) == [0, 1, 2, 3]
+    runs = [set(common_draw_seeds(4, n)) for n in range(3)]
+    assert not (runs[0] & runs[1]) and not (runs[1] & runs[2])  # each run its own draws
