@@ -563,8 +563,9 @@ def _check_auto(cfg: dict[str, Any], engine_args: Any, target_parallel_config: A
     dp = getattr(target_parallel_config, "data_parallel_size", 1) or 1
     if dp > 1:
         raise FrozenKVMTPConfigError(
-            f'num_speculative_tokens="auto" with data_parallel_size={dp}: each rank would '
-            "choose its own k, and data-parallel ranks must run the same batch shape.",
+            f'num_speculative_tokens="auto" with data_parallel_size={dp}: vLLM turns a '
+            "per-step k off under data parallelism (a MoE target's ranks run in lockstep and "
+            "would choose different k), and auto needs it.",
             "set num_speculative_tokens to an integer for data parallelism.",
         )
     user_cls = getattr(engine_args, "scheduler_cls", None)
