@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from bench.gpu_tokens import (
     report,
     variable_k_tax,
 )
+from tests.conftest import REPO
 
 
 def _row(
@@ -114,3 +117,11 @@ def test_common_draws_match_across_rows_and_differ_across_runs() -> None:
     assert common_draw_seeds(4, 0) == common_draw_seeds(4, 0) == [0, 1, 2, 3]
     runs = [set(common_draw_seeds(4, n)) for n in range(3)]
     assert not (runs[0] & runs[1]) and not (runs[1] & runs[2])  # each run its own draws
+
+
+@pytest.mark.parametrize("flags", [["--repeats", "0"], ["--min-tokens", "-1"]])
+def test_bad_run_counts_are_refused_before_an_engine_starts(flags: list[str]) -> None:
+    cmd = [sys.executable, "-m", "bench.gpu_tokens", "run", "--engine", "none", *flags]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 2
+    assert "--repeats must be >= 1 and --min-tokens >= 0" in done.stderr
