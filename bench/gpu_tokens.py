@@ -204,20 +204,23 @@ class Engine:
         rates = unconditional_to_conditional_rates(PROFILES[profile][: self.k_max])
         rs.synthetic_conditional_rates.copy_(torch.tensor(rates, dtype=torch.float32))
 
-    def set_k(self, k: int | str) -> None:
-        """Pin k for every step (an int), vLLM's batch-size SCHEDULE, or "auto" (a fresh
-        policy: what it learnt while other rows pinned k is not what a server has)."""
+    def set_k(self, k: int | str, policy: Any = None) -> None:
+        """Pin k for every step (an int), vLLM's batch-size SCHEDULE, or "auto" with
+        ``policy`` (the one this row's earlier runs left) or a fresh one. The scheduler
+        feeds every step's acceptance to its current policy whatever decides k, so a
+        pinned or scheduled run gets a throwaway policy: a kept one must learn only its
+        own row's traffic (another profile's acceptance is not what a server has)."""
         if not self.sweep:
             return
         from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
-        if k == "auto":
-            self.scheduler.reset_k_policy()
-        elif k == "schedule":
+        if hasattr(self.scheduler, "reset_k_policy"):  # frozen_kv_mtp's "auto" engine
+            self.scheduler.reset_k_policy(policy if k == "auto" else None)
+        if k == "schedule":
             self.scheduler.dynamic_sd_lookup = build_dynamic_sd_schedule_lookup(
                 SCHEDULE, self.max_seqs, self.k_max
             )
-        else:
+        elif k != "auto":
             self.scheduler.dynamic_sd_lookup = [int(k)] * (self.max_seqs + 1)
 
     def spec_counts(self) -> tuple[int, int]:
@@ -298,15 +301,20 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     n_prompt = args.prompt_len
 
+    #: an "auto" row's policy between its interleaved runs, as a server serving this
+    #: traffic would keep it
+    policies: dict[Any, Any] = {}
+
     def apply(cell: tuple[float, str, int | str]) -> None:
         nonlocal temperature
         temperature, profile, setting = cell
         if profile != "-":
             eng.set_profile(profile)
-        eng.set_k(setting)
-        if setting == "auto":
+        eng.set_k(setting, policies.get(cell))
+        if setting == "auto" and cell not in policies:
             # the policy learns this traffic first, as a serving engine would have:
-            # AUTO_WARMUP_STEPS steps from nothing known
+            # AUTO_WARMUP_STEPS steps from nothing known, once per row
+            policies[cell] = eng.scheduler.k_policy
             s0 = eng.steps
             for _ in range(50):
                 eng.llm.generate(batch, params(args.tokens), use_tqdm=False)
@@ -396,7 +404,9 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             rows.append(row)
             with open(args.out, "a") as f:  # concurrency by concurrency: a cut run keeps its rows
                 f.write(json.dumps(row) + "\n")
-        # the next concurrency's warm-up runs unpinned: "auto", or upstream's full k
+        # the next concurrency's warm-up runs unpinned: "auto", or upstream's full k;
+        # its "auto" rows start from nothing known
+        policies.clear()
         eng.set_k("auto" if eng.method == "frozen_kv_mtp" else eng.k_max)
     return rows
 
@@ -506,17 +516,33 @@ def report(rows: list[dict[str, Any]]) -> str:
     def ratio(a: Any, b: Any) -> str:
         return f"{a['decode_tok_s'] / b['decode_tok_s']:.2f}" if a and b else "-"
 
-    for key in sorted(auto, key=lambda x: (x[0], x[1], x[2])):
+    for key in sorted({*auto, *best_f, *sched}):
         model, profile, c = key
-        a, n = auto[key], none.get((model, c))
-        mean_k = a.get("mean_k", "?")
+        a, n = auto.get(key), none.get((model, c))
+        auto_cell = f"{a['decode_tok_s']:.0f} ({a.get('mean_k', '?')})" if a else "-"
         out.append(
             f"| {model} | {profile} | {c} | {cell(n)} | {cell(mtp4.get(key))} | "
             f"{cell(best_m.get(key), True)} | {cell(best_f.get(key), True)} | "
-            f"{cell(sched.get(key))} | {a['decode_tok_s']:.0f} ({mean_k}) | {ratio(a, n)} | "
+            f"{cell(sched.get(key))} | {auto_cell} | {ratio(a, n)} | "
             f"{ratio(a, best_f.get(key))} | {ratio(a, mtp4.get(key))} |"
         )
     return "\n".join(out)
+
+
+#: how a row's timed runs were taken; rows of one kind are compared with each other only
+RUN_KINDS = {
+    False: "each row's runs back to back, unseeded",
+    True: "runs interleaved across a concurrency's rows, common synthetic draws",
+}
+
+
+def by_run_kind(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows split by how they were timed. Kinds come from different leases, whose hosts
+    differ by more than the settings compared, so a table never sets them side by side."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(RUN_KINDS[bool(r.get("interleaved"))], []).append(r)
+    return out
 
 
 def variable_k_tax(rows: list[dict[str, Any]]) -> str:
@@ -659,9 +685,12 @@ def main() -> None:
             if text.lstrip().startswith("[")
             else [json.loads(line) for line in text.splitlines() if line]
         )
-        print(report(rows))
-        print()
-        print(variable_k_tax(rows))
+        for kind, group in by_run_kind(rows).items():
+            print(f"## {kind}\n")
+            print(report(group))
+            print()
+            print(variable_k_tax(group))
+            print()
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
 

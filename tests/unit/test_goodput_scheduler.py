@@ -82,3 +82,17 @@ def test_lookup_asks_the_policy_once_per_step() -> None:
     policy = GoodputPolicy(PolicySettings(k_max=3))
     lookup = _PolicyLookup(policy)
     assert lookup[5] == 3 and policy.steps == 1  # optimistic start at the ceiling
+
+
+def test_reset_k_policy_starts_fresh_or_takes_a_kept_policy() -> None:
+    s = SimpleNamespace(num_spec_tokens=4)
+    _GoodputK.reset_k_policy(s)  # type: ignore[arg-type]
+    fresh = s.k_policy
+    assert fresh.steps == 0 and s.dynamic_sd_lookup.policy is fresh
+    fresh.observe_verify(4, 4, count=50)
+    s.dynamic_sd_lookup[8]
+    _GoodputK.reset_k_policy(s)  # type: ignore[arg-type]
+    assert s.k_policy is not fresh and s.k_policy.steps == 0
+    _GoodputK.reset_k_policy(s, fresh)  # type: ignore[arg-type]
+    assert s.k_policy is fresh and s.dynamic_sd_lookup.policy is fresh
+    assert fresh.steps == 1  # what it learnt is kept

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from bench.gpu_tokens import (
+    RUN_KINDS,
     _ks,
     _temperatures,
+    by_run_kind,
     common_draw_seeds,
     interleaved,
     repeats_at,
@@ -125,3 +127,44 @@ def test_bad_run_counts_are_refused_before_an_engine_starts(flags: list[str]) ->
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 2
     assert "--repeats must be >= 1 and --min-tokens >= 0" in done.stderr
+
+
+def test_a_kept_auto_policy_learns_only_from_its_own_rows() -> None:
+    """Pinned and scheduled runs of a sweep engine get a throwaway policy: the scheduler
+    feeds whichever policy it holds, and an "auto" row's kept policy must not learn
+    another profile's acceptance between its runs."""
+    from types import SimpleNamespace
+
+    from bench.gpu_tokens import Engine
+    from vllm_frozen_kv_mtp.scheduling.scheduler import _GoodputK
+
+    sched = SimpleNamespace(num_spec_tokens=3)
+    sched.reset_k_policy = lambda policy=None: _GoodputK.reset_k_policy(sched, policy)  # type: ignore[arg-type]
+    eng = Engine.__new__(Engine)
+    eng.sweep, eng.max_seqs, eng.k_max, eng.scheduler = True, 4, 3, sched
+
+    eng.set_k("auto")
+    kept = sched.k_policy
+    assert sched.dynamic_sd_lookup[2] == 3 and kept.steps == 1  # the policy decides
+    drafted = list(kept.acceptance.drafted)
+    for setting, lookup in ((2, [2] * 5), ("schedule", [0, 3, 3, 3, 3])):
+        eng.set_k(setting)
+        assert sched.dynamic_sd_lookup == lookup  # vLLM's table, k capped at k_max
+        assert sched.k_policy is not kept
+        sched.k_policy.observe_verify(3, 0, count=100)  # what the scheduler feeds
+    assert kept.acceptance.drafted == drafted and kept.steps == 1
+    eng.set_k("auto", kept)
+    assert sched.k_policy is kept and sched.dynamic_sd_lookup.policy is kept
+    eng.set_k("auto")  # a fresh one when none is kept
+    assert sched.k_policy is not kept and sched.k_policy.steps == 0
+
+
+def test_rows_timed_two_ways_get_separate_tables() -> None:
+    later = [{**r, "interleaved": True} for r in ROWS if r["method"] != "frozen_kv_mtp:auto"]
+    groups = by_run_kind(ROWS + later)
+    assert [len(g) for g in groups.values()] == [len(ROWS), len(ROWS) - 1]
+    # a run without "auto" rows still has its line: the fixed k and upstream's columns
+    line = next(x for x in report(groups[RUN_KINDS[True]]).splitlines() if x.startswith("| E4B |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3:7] == ["5000", "8800", "8800 (k=4)", "9800 (k=4)"]
+    assert cells[8:] == ["-"] * 4

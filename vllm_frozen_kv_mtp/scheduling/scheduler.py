@@ -65,10 +65,11 @@ class _GoodputK:
             type(self).__name__,
         )
 
-    def reset_k_policy(self) -> None:
-        """A policy that knows nothing yet: what a freshly started engine has
-        (benchmarks measure "auto" from here, as a server meeting its traffic would)."""
-        self.k_policy = GoodputPolicy(PolicySettings(k_max=self.num_spec_tokens))
+    def reset_k_policy(self, policy: GoodputPolicy | None = None) -> None:
+        """Use ``policy``, or one that knows nothing yet: what a freshly started engine
+        has (benchmarks measure "auto" from here, as a server meeting its traffic would,
+        and hand a row's policy back between its runs)."""
+        self.k_policy = policy or GoodputPolicy(PolicySettings(k_max=self.num_spec_tokens))
         self.dynamic_sd_lookup = _PolicyLookup(self.k_policy)
 
     # ---- what the policy learns from ------------------------------------------
