@@ -138,6 +138,7 @@ class Engine:
             max_model_len=args.prompt_len + args.tokens + 64,
             max_num_seqs=self.max_seqs,
             gpu_memory_utilization=args.mem,
+            tensor_parallel_size=args.tp,
             **kw,
         )
         self.load_s = time.time() - t0
@@ -151,23 +152,15 @@ class Engine:
             return original(*a, **k)
 
         self.scheduler.update_from_output = counted
-        self.graph_modes = self._count_verify_graph_modes()
+        self.tp = args.tp
+        # a wrapper in this process sees only an in-process worker's dispatches
+        self.graph_modes = self._count_verify_graph_modes() if self.tp == 1 else Counter()
         self.synthetic = synthetic and spec is not None
         cfg = self.llm.llm_engine.vllm_config
         self.runner = "v2" if cfg.use_v2_model_runner else "v1"
         self.async_ = bool(cfg.scheduler_config.async_scheduling)
         self.vocab = cfg.model_config.get_vocab_size()
-        self.attention = self._attention_backends(cfg)
-
-    @staticmethod
-    def _attention_backends(cfg: Any) -> str:
-        """The attention backends the engine's layers were built with (e.g. FLASH_ATTN for
-        FA4 on Hopper, TRITON_ATTN without it), so rows say what they measured."""
-        from vllm.config import get_layers_from_vllm_config
-        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
-
-        layers = get_layers_from_vllm_config(cfg, AttentionLayerBase)  # type: ignore[type-abstract]
-        return ",".join(sorted({layer.get_attn_backend().get_name() for layer in layers.values()}))
+        self.attention = self.llm.collective_rpc(attention_backends)[0]
 
     def _count_verify_graph_modes(self) -> Counter[str]:
         """Counts of the CUDA-graph mode each target step dispatched to (Model Runner V2),
@@ -194,15 +187,12 @@ class Engine:
     def set_profile(self, profile: str) -> None:
         if not self.synthetic:
             return
-        import torch
         from vllm.v1.spec_decode.utils import unconditional_to_conditional_rates
 
-        from vllm_frozen_kv_mtp.instrument import model_runner
-
-        rs = model_runner(self.llm).rejection_sampler
         # what vLLM's sampler computes from synthetic_acceptance_rates at start-up
         rates = unconditional_to_conditional_rates(PROFILES[profile][: self.k_max])
-        rs.synthetic_conditional_rates.copy_(torch.tensor(rates, dtype=torch.float32))
+        if not all(self.llm.collective_rpc(set_synthetic_rates, args=(rates,))):
+            raise RuntimeError("a worker's rejection sampler has no synthetic acceptance rates")
 
     def set_k(self, k: int | str, policy: Any = None) -> None:
         """Pin k for every step (an int), vLLM's batch-size SCHEDULE, or "auto" with
@@ -375,7 +365,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "async": eng.async_,
                 "mode": args.mode,
                 "attention": eng.attention,
-                "tp": 1,
+                "tp": eng.tp,
                 "tokens": args.tokens,
                 "prompt_len": args.prompt_len,
                 "load_s": round(eng.load_s, 1),
@@ -397,9 +387,9 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                     row["trace"] = trace_one_run(eng, batch, params(args.tokens, seeds))
                 except Exception as e:  # a diagnostic: the row stands without it
                     row["trace"] = {"error": repr(e)[:300]}
-            stats = getattr(_drafter(eng), "frozen_stats", None)
+            stats = eng.llm.collective_rpc(worker_drafter_info)[0]["stats"]
             if stats is not None:
-                row["graph_misses"] = stats.graph_misses
+                row["graph_misses"] = stats["graph_misses"]
             print("ROW", json.dumps(row), flush=True)
             rows.append(row)
             with open(args.out, "a") as f:  # concurrency by concurrency: a cut run keeps its rows
@@ -453,10 +443,37 @@ def trace_one_run(eng: Engine, batch: Any, params: Any, top: int = 12) -> dict[s
     }
 
 
-def _drafter(eng: Engine) -> Any:
-    from vllm_frozen_kv_mtp.instrument import drafter
+# ---- run on every worker (``LLM.collective_rpc``): under tensor parallelism each rank
+# has its own model runner, in its own process
 
-    return drafter(eng.llm)
+
+def attention_backends(worker: Any) -> str:
+    """The attention backends the engine's layers were built with (e.g. FLASH_ATTN for
+    FA4 on Hopper, TRITON_ATTN without it), so rows say what they measured."""
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    cfg = worker.model_runner.vllm_config
+    layers = get_layers_from_vllm_config(cfg, AttentionLayerBase)  # type: ignore[type-abstract]
+    return ",".join(sorted({layer.get_attn_backend().get_name() for layer in layers.values()}))
+
+
+def set_synthetic_rates(worker: Any, rates: list[float]) -> bool:
+    """A profile's conditional rates into the rank's rejection sampler (every rank draws
+    its own synthetic acceptance); False where the sampler has none."""
+    import torch
+
+    table = getattr(worker.model_runner.rejection_sampler, "synthetic_conditional_rates", None)
+    if table is None:
+        return False
+    table.copy_(torch.tensor(rates, dtype=torch.float32))
+    return True
+
+
+def worker_drafter_info(worker: Any) -> dict[str, Any]:
+    from vllm_frozen_kv_mtp.instrument import worker_drafter_info as info
+
+    return info(worker)
 
 
 # ---- the report ------------------------------------------------------------------
@@ -635,6 +652,7 @@ def main() -> None:
         p.add_argument("--mode", choices=["graphs", "eager"], default="graphs")
         p.add_argument("--dtype", default="bfloat16")
         p.add_argument("--mem", type=float, default=0.85)
+        p.add_argument("--tp", type=int, default=1, help="tensor parallel size (GPUs)")
         p.add_argument("--shapes", default="models/shapes")
         p.add_argument("--out", default="bench/results/h200_tokens.jsonl")
         p.add_argument("--timeout", type=int, default=540, help="seconds per engine (all)")

@@ -168,3 +168,24 @@ def test_rows_timed_two_ways_get_separate_tables() -> None:
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[3:7] == ["5000", "8800", "8800 (k=4)", "9800 (k=4)"]
     assert cells[8:] == ["-"] * 4
+
+
+def test_synthetic_rates_reach_each_rank_or_say_they_cannot() -> None:
+    """``set_profile`` sends the rates to every rank (``collective_rpc``): each rank's
+    rejection sampler draws acceptance itself under tensor parallelism."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from bench.gpu_tokens import set_synthetic_rates
+
+    table = torch.zeros(3)
+    worker = SimpleNamespace(
+        model_runner=SimpleNamespace(
+            rejection_sampler=SimpleNamespace(synthetic_conditional_rates=table)
+        )
+    )
+    assert set_synthetic_rates(worker, [0.9, 0.5, 0.25])
+    assert table.tolist() == pytest.approx([0.9, 0.5, 0.25])
+    plain = SimpleNamespace(model_runner=SimpleNamespace(rejection_sampler=SimpleNamespace()))
+    assert not set_synthetic_rates(plain, [0.9])
