@@ -145,11 +145,22 @@ class Engine:
         self.core = self.llm.llm_engine.engine_core.engine_core
         self.scheduler = self.core.scheduler
         self.steps = 0
+        #: per step: (when its output arrived, requests, tokens committed, decode only)
+        self.step_log: list[StepRecord] = []
         original = self.scheduler.update_from_output
 
-        def counted(*a: Any, **k: Any) -> Any:
+        def counted(so: Any, out: Any, *a: Any, **k: Any) -> Any:
             self.steps += 1
-            return original(*a, **k)
+            spec = so.scheduled_spec_decode_tokens
+            self.step_log.append(
+                (
+                    time.perf_counter(),
+                    len(so.num_scheduled_tokens),
+                    sum(len(t) for t in (out.sampled_token_ids or ())),
+                    all(n == 1 + len(spec.get(r, ())) for r, n in so.num_scheduled_tokens.items()),
+                )
+            )
+            return original(so, out, *a, **k)
 
         self.scheduler.update_from_output = counted
         self.tp = args.tp
@@ -239,6 +250,24 @@ def common_draw_seeds(concurrency: int, run: int) -> list[int]:
     return [run * concurrency + i for i in range(concurrency)]
 
 
+#: (when a step's output arrived, requests in it, tokens it committed, no prefill in it)
+StepRecord = tuple[float, int, int, bool]
+
+
+def full_batch_rate(log: list[StepRecord], batch: int) -> tuple[int, float]:
+    """Tokens and seconds of a run's steady part: the decode steps that ran all ``batch``
+    requests, each timed by the spacing of its output from the previous full decode
+    step's (the engine runs them back to back). A closed batch ends in a tail where the
+    unluckiest requests finish alone: a run at 128 requests takes 1.2-1.5x the steps its
+    average request needs, while a server at constant concurrency refills its batch."""
+    tokens, seconds = 0, 0.0
+    for prev, cur in zip(log, log[1:], strict=False):
+        if cur[3] and prev[3] and cur[1] == batch and prev[1] == batch:
+            tokens += cur[2]
+            seconds += cur[0] - prev[0]
+    return tokens, seconds
+
+
 def repeats_at(concurrency: int, repeats: int, min_tokens: int, tokens: int) -> int:
     """Timed runs per row at this concurrency. A run at low concurrency decodes few tokens:
     at c=1 it is about 30 draft rounds, so its acceptance (and a batch's run time, which
@@ -321,6 +350,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         eng.llm.generate(batch, params(1), use_tqdm=False)
         prefill = time.perf_counter() - t
         samples: dict[Any, list[tuple[float, int, int, int]]] = {cell: [] for cell in cells}
+        steady: dict[Any, list[tuple[int, float]]] = {cell: [] for cell in cells}
         chosen: dict[Any, Counter[int]] = {cell: Counter() for cell in cells}
         modes: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
         for cell in interleaved(cells, repeats_at(c, args.repeats, args.min_tokens, args.tokens)):
@@ -330,12 +360,14 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             eng.graph_modes.clear()
             d0, a0 = eng.spec_counts()
             s0 = eng.steps
+            eng.step_log.clear()
             t = time.perf_counter()
             seeds = common_draw_seeds(c, len(samples[cell]))
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
             decode = max(time.perf_counter() - t - prefill, 1e-9)
             d1, a1 = eng.spec_counts()
             samples[cell].append((decode, max(eng.steps - s0 - 1, 1), d1 - d0, a1 - a0))
+            steady[cell].append(full_batch_rate(eng.step_log, c))
             if policy is not None and cell[2] == "auto":
                 chosen[cell] += Counter(policy.chosen) - chosen0
             modes[cell] += eng.graph_modes
@@ -345,6 +377,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             # acceptance pooled over every run: one run at low concurrency is a short draw
             drafts = sum(x[2] for x in samples[cell])
             accepted = sum(x[3] for x in samples[cell])
+            full_tokens = sum(x[0] for x in steady[cell])
+            full_s = sum(x[1] for x in steady[cell])
             row: dict[str, Any] = {
                 "model": args.model,
                 "method": eng.method
@@ -357,6 +391,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "decode_tok_s": round(c * (args.tokens - 1) / decode, 1),
                 "mean_acceptance_length": round(1 + accepted / drafts, 3) if drafts else 1.0,
                 "step_ms": round(1000 * decode / steps, 3),
+                # pooled over the runs; None where no two full decode steps ran back to back
+                "full_batch_tok_s": round(full_tokens / full_s, 1) if full_s else None,
                 "vllm_version": eng.vllm_version,
                 "engine": eng.kind,
                 "pinned": eng.sweep and isinstance(setting, int),
@@ -498,8 +534,16 @@ def best_static(rows: list[dict[str, Any]], method: str) -> dict[tuple[str, str,
     return best
 
 
-def report(rows: list[dict[str, Any]]) -> str:
-    rows = [r for r in rows if not r.get("temperature")]  # greedy requests
+#: the rates a table can show: the whole run's (the issue's decode tok/s), or its
+#: full-batch steps' (``full_batch_rate``)
+METRICS = ("decode_tok_s", "full_batch_tok_s")
+
+
+def report(rows: list[dict[str, Any]], metric: str = "decode_tok_s") -> str:
+    # greedy requests; rows without the rate asked for (timed before it existed) are left out
+    rows = [
+        {**r, "decode_tok_s": r[metric]} for r in rows if not r.get("temperature") and r.get(metric)
+    ]
     none = {(r["model"], r["concurrency"]): r for r in rows if r["method"] == "none"}
     mtp4 = {
         (r["model"], r["profile"], r["concurrency"]): r
@@ -677,6 +721,12 @@ def main() -> None:
     rp = sub.add_parser("report")
     rp.add_argument("jsonl", help="rows: JSON lines, or a JSON list")
     rp.add_argument("--json", help="also write the rows as a JSON list here")
+    rp.add_argument(
+        "--metric",
+        choices=METRICS,
+        default="decode_tok_s",
+        help="tok/s of whole runs, or of their steps that ran the full batch",
+    )
     args = ap.parse_args()
     if args.cmd != "report" and args.pin and max(args.pin) > args.k_max:
         ap.error(f"--pin {max(args.pin)} is above --k-max {args.k_max}")
@@ -705,7 +755,7 @@ def main() -> None:
         )
         for kind, group in by_run_kind(rows).items():
             print(f"## {kind}\n")
-            print(report(group))
+            print(report(group, args.metric))
             print()
             print(variable_k_tax(group))
             print()

@@ -15,6 +15,7 @@ from bench.gpu_tokens import (
     _temperatures,
     by_run_kind,
     common_draw_seeds,
+    full_batch_rate,
     interleaved,
     repeats_at,
     report,
@@ -189,3 +190,30 @@ def test_synthetic_rates_reach_each_rank_or_say_they_cannot() -> None:
     assert table.tolist() == pytest.approx([0.9, 0.5, 0.25])
     plain = SimpleNamespace(model_runner=SimpleNamespace(rejection_sampler=SimpleNamespace()))
     assert not set_synthetic_rates(plain, [0.9])
+
+
+def test_full_batch_rate_counts_only_back_to_back_full_decode_steps() -> None:
+    log = [
+        (0.00, 4, 4, False),  # prefill: the first token of each request
+        (0.10, 4, 12, True),  # timed from a prefill step: left out
+        (0.12, 4, 10, True),
+        (0.15, 4, 14, True),
+        (0.16, 2, 6, True),  # two requests done: the tail
+        (0.17, 1, 3, True),
+    ]
+    tokens, seconds = full_batch_rate(log, 4)
+    assert tokens == 24 and seconds == pytest.approx(0.05)
+    assert full_batch_rate(log[:2], 4) == (0, 0.0)
+
+
+def test_report_of_the_full_batch_rate_leaves_out_rows_without_it() -> None:
+    rows = [{**r, "full_batch_tok_s": 2 * r["decode_tok_s"]} for r in ROWS]
+    rows[0] = {**rows[0], "full_batch_tok_s": None}  # "none" timed before the rate existed
+    line = next(
+        x
+        for x in report(rows, "full_batch_tok_s").splitlines()
+        if x.startswith("| E4B | chat | 32 |")
+    )
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3:7] == ["-", "17600", "17600 (k=4)", "19600 (k=4)"]
+    assert cells[8:] == ["24000 (3.5)", "-", "1.22", "1.36"]
