@@ -69,7 +69,9 @@ class _GoodputK:
         """Use ``policy``, or one that knows nothing yet: what a freshly started engine
         has (benchmarks measure "auto" from here, as a server meeting its traffic would,
         and hand a row's policy back between its runs)."""
-        self.k_policy = policy or GoodputPolicy(PolicySettings(k_max=self.num_spec_tokens))
+        if policy is None:
+            policy = GoodputPolicy(PolicySettings(k_max=self.num_spec_tokens))
+        self.k_policy = policy
         self.dynamic_sd_lookup = _PolicyLookup(self.k_policy)
 
     # ---- what the policy learns from ------------------------------------------
