@@ -4,6 +4,11 @@ vLLM's schedule, and "auto"), on real Gemma 4 shapes with dummy weights (GPU).
     python -m bench.gpu_tokens all --model E4B --out bench/results/h200_tokens.jsonl
     python -m bench.gpu_tokens report bench/results/h200_tokens.jsonl \
         --json bench/results/h200_tokens.json
+    python -m bench.gpu_tokens report rows.jsonl --metric full_batch_tok_s
+
+decode tok/s is c x (tokens - 1) over a closed batch's run, tail included (the last
+requests finish alone); full_batch_tok_s counts only the steps that ran the whole batch,
+what a server at constant concurrency sees. --tp N runs the engine at tensor parallel N.
 
 Acceptance comes from vLLM's ``rejection_sample_method="synthetic"``: drafts are
 accepted at the given unconditional per-position rates whatever the weights, so
