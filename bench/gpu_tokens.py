@@ -691,11 +691,11 @@ def main() -> None:
         )
         p.add_argument("--prompt-len", type=int, default=128)
         p.add_argument("--tokens", type=int, default=128)
-        p.add_argument("--repeats", type=int, default=1, help="timed runs per row (median)")
+        p.add_argument("--repeats", type=int, default=3, help="timed runs per row (median)")
         p.add_argument(
             "--min-tokens",
             type=int,
-            default=0,
+            default=1024,
             help="more timed runs at low concurrency: at least this many output tokens per row",
         )
         p.add_argument("--mode", choices=["graphs", "eager"], default="graphs")
