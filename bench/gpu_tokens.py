@@ -286,6 +286,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from vllm_frozen_kv_mtp.instrument import worker_drafter_info
+
     eng = Engine(args)
     rng = random.Random(0)
 
@@ -509,12 +511,6 @@ def set_synthetic_rates(worker: Any, rates: list[float]) -> bool:
         return False
     table.copy_(torch.tensor(rates, dtype=torch.float32))
     return True
-
-
-def worker_drafter_info(worker: Any) -> dict[str, Any]:
-    from vllm_frozen_kv_mtp.instrument import worker_drafter_info as info
-
-    return info(worker)
 
 
 # ---- the report ------------------------------------------------------------------

@@ -112,7 +112,7 @@ def test_best_fixed_k_counts_static_engines_without_options() -> None:
 def test_min_tokens_adds_runs_only_where_a_row_decodes_few_tokens() -> None:
     # 128 output tokens per request: 127 decoded per request and run
     assert [repeats_at(c, 3, 2048, 128) for c in (1, 8, 32, 128)] == [17, 3, 3, 3]
-    assert [repeats_at(c, 3, 0, 128) for c in (1, 8)] == [3, 3]  # off by default
+    assert [repeats_at(c, 3, 0, 128) for c in (1, 8)] == [3, 3]  # 0 turns it off
 
 
 def test_common_draws_match_across_rows_and_differ_across_runs() -> None:
