@@ -733,6 +733,8 @@ def main() -> None:
         ap.error(f"--pin {max(args.pin)} is above --k-max {args.k_max}")
     if args.cmd != "report" and (args.repeats < 1 or args.min_tokens < 0):
         ap.error("--repeats must be >= 1 and --min-tokens >= 0")
+    if args.cmd != "report" and args.tp < 1:
+        ap.error("--tp must be >= 1")
     if args.cmd == "run":
         run_engine(args)
     elif args.cmd == "all":

@@ -122,12 +122,19 @@ def test_common_draws_match_across_rows_and_differ_across_runs() -> None:
     assert not (runs[0] & runs[1]) and not (runs[1] & runs[2])  # each run its own draws
 
 
-@pytest.mark.parametrize("flags", [["--repeats", "0"], ["--min-tokens", "-1"]])
-def test_bad_run_counts_are_refused_before_an_engine_starts(flags: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--repeats", "0"], "--repeats must be >= 1 and --min-tokens >= 0"),
+        (["--min-tokens", "-1"], "--repeats must be >= 1 and --min-tokens >= 0"),
+        (["--tp", "0"], "--tp must be >= 1"),
+    ],
+)
+def test_bad_run_counts_are_refused_before_an_engine_starts(flags: list[str], error: str) -> None:
     cmd = [sys.executable, "-m", "bench.gpu_tokens", "run", "--engine", "none", *flags]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 2
-    assert "--repeats must be >= 1 and --min-tokens >= 0" in done.stderr
+    assert error in done.stderr
 
 
 def test_a_kept_auto_policy_learns_only_from_its_own_rows() -> None:
