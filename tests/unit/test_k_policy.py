@@ -170,6 +170,40 @@ def test_stale_costs_are_measured_again() -> None:
     assert cost.needs_sample(8, 1)  # never measured
 
 
+#: steady step costs (ms) of E4B chat at 128 requests on the H200, from the full-batch
+#: steps of every pinned k: k = 3 is the best, by 7% over k = 5
+CHAT = [0.84, 0.60, 0.39, 0.27, 0.18, 0.12, 0.08]
+E4B_C128_MS = {0: 10.94, 1: 13.39, 2: 15.04, 3: 14.30, 4: 17.00, 5: 17.80, 6: 20.07, 7: 22.10}
+#: what the policy had measured in its first 150 steps there: k = 3 18% too high
+E4B_C128_EARLY_MS = {3: 16.89, 4: 18.21, 5: 18.03, 7: 21.46}
+
+
+def test_a_cost_measured_too_high_early_is_measured_again() -> None:
+    """A k whose cost was first measured too high is not chosen, so only exploration
+    measures it again, and then only the recent samples may count: otherwise the policy
+    holds a worse k for as long as the engine runs (it held k = 5 at 0.93x)."""
+    policy = GoodputPolicy(PolicySettings(k_max=7))
+    for k, ms in E4B_C128_EARLY_MS.items():
+        for _ in range(9):
+            policy.observe_step(128, k, ms / 1000)
+    cost = {k: ms / 1000 for k, ms in E4B_C128_MS.items()}
+    ks = simulate(policy, CHAT, cost, steps=1500, batch=128)
+    tail = ks[-500:]
+    achieved = sum(1 + sum(CHAT[:k]) for k in tail) / sum(cost[k] for k in tail)
+    assert best_k(CHAT, cost) == 3
+    assert achieved >= 0.97 * goodput(CHAT, cost, 3), policy.summary()
+
+
+def test_stale_samples_leave_the_cost_once_measured_again() -> None:
+    settings = PolicySettings(k_max=3, stale_after_steps=100)
+    cost = StepCost(settings)
+    for _ in range(9):
+        cost.observe(8, 2, 0.020)
+    cost.now = 500
+    cost.observe(8, 2, 0.010)  # one fresh sample outweighs nine stale ones
+    assert _cost_at(cost, 2) == pytest.approx(0.010)
+
+
 def test_cost_extrapolates_from_measured_k_and_ignores_idle_gaps() -> None:
     cost = StepCost(PolicySettings(k_max=7))
     assert cost.curve(8) is None

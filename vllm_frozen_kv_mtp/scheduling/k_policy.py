@@ -13,13 +13,16 @@ Pure logic (no vLLM, no torch), driven by the scheduler in
 * ``cost(b, k)`` is the wall time of one engine step with batch ``b`` and ``k``
   drafts, learned online from step timings per batch-size bucket: the median of the
   latest few clean steps, so one host stall (garbage collection, a busy core) does not
-  move it. Unmeasured k are extrapolated linearly from the measured ones (a prior
-  slope until two are known).
+  move it. Only recent steps count: a cost measured early (a host still warming up)
+  must not outlive its re-measurement. Unmeasured k are extrapolated linearly from the
+  measured ones (a prior slope until two are known).
 
 A frozen-KV drafter owns no KV, so changing k, or skipping drafting (k = 0),
 costs nothing to catch up: the policy is free to move every step. It still holds
 a choice for a few steps (hysteresis) so that step timings are clean and k does
-not flap, and while k = 0 it probes now and then so acceptance stays estimated.
+not flap, and while k = 0 it probes now and then so acceptance stays estimated. Now
+and then it holds a k near the best for a few steps to measure its cost again: a k
+whose cost was once measured too high is otherwise never chosen, so never corrected.
 """
 
 from __future__ import annotations
@@ -56,12 +59,15 @@ class PolicySettings:
     min_dwell_steps: int = 4
     #: at k = 0, schedule one round of drafts every this many steps
     probe_interval: int = 32
-    #: every this many steps, hold a neighbour of the best k for a few steps if its
-    #: cost was never measured or is stale (0 turns exploration off)
+    #: every this many steps, hold a k near the best for a few steps if its cost was
+    #: never measured or is stale (0 turns exploration off)
     explore_interval: int = 128
-    #: a cost sample older than this many steps is stale: the step cost moves with the
-    #: traffic (tokens committed per step cost host time too)
-    stale_after_steps: int = 1024
+    #: how far from the best k exploration looks (nearest first)
+    explore_span: int = 2
+    #: a cost sample older than this many steps is stale, and left out of the cost once
+    #: the key is measured again: the step cost moves with the traffic (tokens committed
+    #: per step cost host time too), and early samples can be off (a host warming up)
+    stale_after_steps: int = 256
 
     def __post_init__(self) -> None:
         if self.k_max < 1:
@@ -134,7 +140,8 @@ class StepCost:
 
     def __init__(self, settings: PolicySettings) -> None:
         self.s = settings
-        self.recent: dict[tuple[int, int], deque[float]] = {}
+        #: per key: (policy step, seconds) of the latest samples
+        self.recent: dict[tuple[int, int], deque[tuple[int, float]]] = {}
         self.samples: Counter[tuple[int, int]] = Counter()
         #: the policy step of each key's latest sample
         self.last_seen: dict[tuple[int, int], int] = {}
@@ -150,8 +157,10 @@ class StepCost:
             return  # an idle gap or a stall, not a step
         if window is None:
             window = self.recent[key] = deque(maxlen=self.s.cost_window)
-        window.append(seconds)
-        self._known.setdefault(b, {})[k] = statistics.median(window)
+        window.append((self.now, seconds))
+        horizon = self.now - self.s.stale_after_steps
+        fresh = [t for step, t in window if step >= horizon]
+        self._known.setdefault(b, {})[k] = statistics.median(fresh)
         self.samples[key] += 1
         self.last_seen[key] = self.now
 
@@ -166,6 +175,14 @@ class StepCost:
         if self.samples[key] < 3:
             return True
         return self.now - self.last_seen.get(key, 0) > self.s.stale_after_steps
+
+    def age_rank(self, batch_size: int, k: int) -> int:
+        """Sorts keys oldest first: never measured (or too few samples) before measured
+        long ago."""
+        key = (bucket(batch_size), k)
+        if self.samples[key] < 3:
+            return -1
+        return self.last_seen.get(key, 0)
 
     def known(self, batch_size: int) -> dict[int, float]:
         return self._known.get(bucket(batch_size), {})
@@ -287,10 +304,18 @@ class GoodputPolicy:
         return max(2, self.acceptance.observed_positions())
 
     def _neighbour_to_measure(self, batch_size: int, best: int) -> int | None:
-        for k in (best + 1, best - 1):
-            if 0 <= k <= self.settings.k_max and self.cost.needs_sample(batch_size, k):
-                return k
-        return None
+        """The k within ``explore_span`` of the best whose cost is the oldest (never
+        measured first, then the nearest): every stale one gets its turn."""
+        span = self.settings.explore_span
+        near = [
+            k
+            for d in range(1, span + 1)
+            for k in (best + d, best - d)
+            if 0 <= k <= self.settings.k_max and self.cost.needs_sample(batch_size, k)
+        ]
+        if not near:
+            return None
+        return min(near, key=lambda k: self.cost.age_rank(batch_size, k))
 
     def summary(self) -> dict[str, object]:
         """What the engine log reports: k chosen per step, acceptance, switches, and the
