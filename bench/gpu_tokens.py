@@ -416,6 +416,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "interleaved": True,
                 "common_draws": eng.synthetic and not temperature,
             }
+            if args.label:
+                row["label"] = args.label
             if setting == "auto" and chosen[cell]:
                 counts = dict(sorted(chosen[cell].items()))
                 row["k_counts"] = counts
@@ -599,11 +601,15 @@ RUN_KINDS = {
 
 
 def by_run_kind(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Rows split by how they were timed. Kinds come from different leases, whose hosts
-    differ by more than the settings compared, so a table never sets them side by side."""
+    """Rows split by how they were timed and by their ``label`` (one run on one host).
+    Kinds and labels come from different hosts, which differ by more than the settings
+    compared, so a table never sets them side by side."""
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        out.setdefault(RUN_KINDS[bool(r.get("interleaved"))], []).append(r)
+        kind = RUN_KINDS[bool(r.get("interleaved"))]
+        if r.get("label"):
+            kind += f", run {r['label']}"
+        out.setdefault(kind, []).append(r)
     return out
 
 
@@ -700,6 +706,12 @@ def main() -> None:
         p.add_argument("--tp", type=int, default=1, help="tensor parallel size (GPUs)")
         p.add_argument("--shapes", default="models/shapes")
         p.add_argument("--out", default="bench/results/h200_tokens.jsonl")
+        p.add_argument(
+            "--label",
+            default="",
+            help="tag the rows of one run on one host (e.g. h200-2026-12-03-1708): the "
+            "report tables each label apart, since hosts differ by more than the settings",
+        )
         p.add_argument("--timeout", type=int, default=540, help="seconds per engine (all)")
         # local smoke runs: a real small pair on the CPU, no synthetic acceptance
         p.add_argument("--target", help="a local target dir instead of the dummy shape")

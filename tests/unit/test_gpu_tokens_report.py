@@ -178,6 +178,15 @@ def test_rows_timed_two_ways_get_separate_tables() -> None:
     assert cells[8:] == ["-"] * 4
 
 
+def test_runs_on_different_hosts_get_separate_tables() -> None:
+    """Two interleaved runs, one labelled: the best fixed k is never taken across them."""
+    first = [{**r, "interleaved": True} for r in ROWS]
+    second = [{**r, "interleaved": True, "label": "h200-b", "decode_tok_s": 1.0} for r in ROWS]
+    groups = by_run_kind(first + second)
+    assert list(groups) == [RUN_KINDS[True], RUN_KINDS[True] + ", run h200-b"]
+    assert all(r["decode_tok_s"] == 1.0 for r in groups[RUN_KINDS[True] + ", run h200-b"])
+
+
 def test_synthetic_rates_reach_each_rank_or_say_they_cannot() -> None:
     """``set_profile`` sends the rates to every rank (``collective_rpc``): each rank's
     rejection sampler draws acceptance itself under tensor parallelism."""
