@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -273,6 +274,22 @@ def full_batch_rate(log: list[StepRecord], batch: int) -> tuple[int, float]:
     return tokens, seconds
 
 
+#: prefill timings per concurrency and engine (their median is subtracted from every run)
+PREFILL_SAMPLES = 5
+
+
+def prefill_seconds(eng: Any, batch: list[Any], one_token: Any) -> float:
+    """Time of a run that only prefills (one output token), the median of a few: one
+    sample's error would bias every row of the engine at that concurrency, and at c=1 a
+    run decodes for about 0.2 s, so a few ms of it move a row by several percent."""
+    times = []
+    for _ in range(PREFILL_SAMPLES):
+        t = time.perf_counter()
+        eng.llm.generate(batch, one_token, use_tqdm=False)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def repeats_at(concurrency: int, repeats: int, min_tokens: int, tokens: int) -> int:
     """Timed runs per row at this concurrency. A run at low concurrency decodes few tokens:
     at c=1 it is about 30 draft rounds, so its acceptance (and a batch's run time, which
@@ -353,9 +370,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             for _ in range(c)
         ]
         eng.llm.generate(batch, params(args.tokens), use_tqdm=False)  # warm-up
-        t = time.perf_counter()
-        eng.llm.generate(batch, params(1), use_tqdm=False)
-        prefill = time.perf_counter() - t
+        prefill = prefill_seconds(eng, batch, params(1))
         samples: dict[Any, list[tuple[float, int, int, int]]] = {cell: [] for cell in cells}
         steady: dict[Any, list[tuple[int, float]]] = {cell: [] for cell in cells}
         chosen: dict[Any, Counter[int]] = {cell: Counter() for cell in cells}
@@ -412,6 +427,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "tokens": args.tokens,
                 "prompt_len": args.prompt_len,
                 "load_s": round(eng.load_s, 1),
+                "prefill_ms": round(1000 * prefill, 2),
                 "decode_s_samples": [round(x[0], 4) for x in samples[cell]],
                 "interleaved": True,
                 "common_draws": eng.synthetic and not temperature,
