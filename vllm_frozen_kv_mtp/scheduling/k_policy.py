@@ -62,7 +62,7 @@ class PolicySettings:
     #: every this many steps, hold a k near the best for a few steps if its cost was
     #: never measured or is stale (0 turns exploration off)
     explore_interval: int = 128
-    #: how far from the best k exploration looks (nearest first)
+    #: how far from the best k exploration looks; the k whose cost is oldest goes first
     explore_span: int = 2
     #: a cost sample older than this many steps is stale, and left out of the cost once
     #: the key is measured again: the step cost moves with the traffic (tokens committed
