@@ -171,14 +171,12 @@ class StepCost:
 
     def needs_sample(self, batch_size: int, k: int) -> bool:
         """Never measured well enough, or measured long ago."""
-        key = (bucket(batch_size), k)
-        if self.samples[key] < 3:
-            return True
-        return self.now - self.last_seen.get(key, 0) > self.s.stale_after_steps
+        last = self.last_measured(batch_size, k)
+        return last < 0 or self.now - last > self.s.stale_after_steps
 
-    def age_rank(self, batch_size: int, k: int) -> int:
-        """Sorts keys oldest first: never measured (or too few samples) before measured
-        long ago."""
+    def last_measured(self, batch_size: int, k: int) -> int:
+        """The policy step of the key's latest sample; -1 while it has too few samples to
+        count as measured (so it sorts before every measured key, oldest first)."""
         key = (bucket(batch_size), k)
         if self.samples[key] < 3:
             return -1
@@ -315,7 +313,7 @@ class GoodputPolicy:
         ]
         if not near:
             return None
-        return min(near, key=lambda k: self.cost.age_rank(batch_size, k))
+        return min(near, key=lambda k: self.cost.last_measured(batch_size, k))
 
     def summary(self) -> dict[str, object]:
         """What the engine log reports: k chosen per step, acceptance, switches, and the
