@@ -6,9 +6,10 @@ vLLM's schedule, and "auto"), on real Gemma 4 shapes with dummy weights (GPU).
         --json bench/results/h200_tokens.json
     python -m bench.gpu_tokens report rows.jsonl --metric full_batch_tok_s
 
-decode tok/s is c x (tokens - 1) over a closed batch's run, tail included (the last
-requests finish alone); full_batch_tok_s counts only the steps that ran the whole batch,
-what a server at constant concurrency sees. --tp N runs the engine at tensor parallel N.
+decode tok/s is the tokens a closed batch commits after its last prefill step over the time
+from that step's output to the last one, tail included (the last requests finish alone);
+full_batch_tok_s counts only the steps that ran the whole batch, what a server at constant
+concurrency sees. --tp N runs the engine at tensor parallel N.
 
 Acceptance comes from vLLM's ``rejection_sample_method="synthetic"``: drafts are
 accepted at the given unconditional per-position rates whatever the weights, so
@@ -34,7 +35,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -274,20 +274,17 @@ def full_batch_rate(log: list[StepRecord], batch: int) -> tuple[int, float]:
     return tokens, seconds
 
 
-#: prefill timings per concurrency and engine (their median is subtracted from every run)
-PREFILL_SAMPLES = 5
-
-
-def prefill_seconds(eng: Any, batch: list[Any], one_token: Any) -> float:
-    """Time of a run that only prefills (one output token), the median of a few: one
-    sample's error would bias every row of the engine at that concurrency, and at c=1 a
-    run decodes for about 0.2 s, so a few ms of it move a row by several percent."""
-    times = []
-    for _ in range(PREFILL_SAMPLES):
-        t = time.perf_counter()
-        eng.llm.generate(batch, one_token, use_tqdm=False)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def decode_span(log: list[StepRecord]) -> tuple[int, float, int]:
+    """Tokens, seconds and steps of a run's decode: from the output of its last step that
+    held a prefill to its last output, tail included. Timing the run's wall clock instead
+    needs a prefill time to subtract, and at c=1, where a run decodes for about 0.2 s, a
+    few ms of error in that time, or in the run's start and end, move a row by several
+    percent; the engine's own step outputs carry neither."""
+    last_prefill = max((i for i, rec in enumerate(log) if not rec[3]), default=0)
+    decode = log[last_prefill + 1 :]
+    if not decode:
+        return 0, 0.0, 0
+    return sum(rec[2] for rec in decode), decode[-1][0] - log[last_prefill][0], len(decode)
 
 
 def repeats_at(concurrency: int, repeats: int, min_tokens: int, tokens: int) -> int:
@@ -370,8 +367,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             for _ in range(c)
         ]
         eng.llm.generate(batch, params(args.tokens), use_tqdm=False)  # warm-up
-        prefill = prefill_seconds(eng, batch, params(1))
-        samples: dict[Any, list[tuple[float, int, int, int]]] = {cell: [] for cell in cells}
+        #: per run: decode tok/s, decode seconds, decode steps, drafts, accepted
+        samples: dict[Any, list[tuple[float, float, int, int, int]]] = {cell: [] for cell in cells}
         steady: dict[Any, list[tuple[int, float]]] = {cell: [] for cell in cells}
         chosen: dict[Any, Counter[int]] = {cell: Counter() for cell in cells}
         modes: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
@@ -381,24 +378,23 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             chosen0 = Counter(policy.chosen) if policy is not None else Counter()
             eng.graph_modes.clear()
             d0, a0 = eng.spec_counts()
-            s0 = eng.steps
             eng.step_log.clear()
-            t = time.perf_counter()
             seeds = common_draw_seeds(c, len(samples[cell]))
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
-            decode = max(time.perf_counter() - t - prefill, 1e-9)
+            tokens, seconds, steps = decode_span(eng.step_log)
             d1, a1 = eng.spec_counts()
-            samples[cell].append((decode, max(eng.steps - s0 - 1, 1), d1 - d0, a1 - a0))
+            rate = tokens / seconds if seconds > 0 else 0.0
+            samples[cell].append((rate, seconds, max(steps, 1), d1 - d0, a1 - a0))
             steady[cell].append(full_batch_rate(eng.step_log, c))
             if policy is not None and cell[2] == "auto":
                 chosen[cell] += Counter(policy.chosen) - chosen0
             modes[cell] += eng.graph_modes
         for cell in cells:
             temperature, profile, setting = cell
-            decode, steps, _, _ = sorted(samples[cell])[len(samples[cell]) // 2]
+            rate, decode, steps, _, _ = sorted(samples[cell])[len(samples[cell]) // 2]
             # acceptance pooled over every run: one run at low concurrency is a short draw
-            drafts = sum(x[2] for x in samples[cell])
-            accepted = sum(x[3] for x in samples[cell])
+            drafts = sum(x[3] for x in samples[cell])
+            accepted = sum(x[4] for x in samples[cell])
             full_tokens = sum(x[0] for x in steady[cell])
             full_s = sum(x[1] for x in steady[cell])
             row: dict[str, Any] = {
@@ -410,7 +406,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "concurrency": c,
                 "profile": profile,
                 "temperature": temperature,
-                "decode_tok_s": round(c * (args.tokens - 1) / decode, 1),
+                "decode_tok_s": round(rate, 1),
                 "mean_acceptance_length": round(1 + accepted / drafts, 3) if drafts else 1.0,
                 "step_ms": round(1000 * decode / steps, 3),
                 # pooled over the runs; None where no two full decode steps ran back to back
@@ -427,8 +423,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "tokens": args.tokens,
                 "prompt_len": args.prompt_len,
                 "load_s": round(eng.load_s, 1),
-                "prefill_ms": round(1000 * prefill, 2),
-                "decode_s_samples": [round(x[0], 4) for x in samples[cell]],
+                "decode_timing": "step_outputs",
+                "decode_s_samples": [round(x[1], 4) for x in samples[cell]],
                 "interleaved": True,
                 "common_draws": eng.synthetic and not temperature,
             }

@@ -15,6 +15,7 @@ from bench.gpu_tokens import (
     _temperatures,
     by_run_kind,
     common_draw_seeds,
+    decode_span,
     full_batch_rate,
     interleaved,
     repeats_at,
@@ -220,6 +221,19 @@ def test_full_batch_rate_counts_only_back_to_back_full_decode_steps() -> None:
     tokens, seconds = full_batch_rate(log, 4)
     assert tokens == 24 and seconds == pytest.approx(0.05)
     assert full_batch_rate(log[:2], 4) == (0, 0.0)
+
+
+def test_decode_span_times_from_the_last_prefill_step_to_the_last_output() -> None:
+    log = [
+        (0.00, 3, 2, False),  # chunked prefill: two requests get their first token
+        (0.05, 4, 5, False),  # the last prompt's chunk, one request decoding beside it
+        (0.10, 4, 12, True),
+        (0.12, 4, 10, True),
+        (0.16, 2, 6, True),  # the tail
+    ]
+    tokens, seconds, steps = decode_span(log)
+    assert (tokens, steps) == (28, 3) and seconds == pytest.approx(0.11)
+    assert decode_span(log[:2]) == (0, 0.0, 0)
 
 
 def test_report_of_the_full_batch_rate_leaves_out_rows_without_it() -> None:
