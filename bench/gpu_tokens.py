@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -153,6 +154,8 @@ class Engine:
         self.steps = 0
         #: per step: (when its output arrived, requests, tokens committed, decode only)
         self.step_log: list[StepRecord] = []
+        #: per step of step_log: the k it scheduled (None where the engine has no lookup)
+        self.step_k: list[int | None] = []
         original = self.scheduler.update_from_output
 
         def counted(so: Any, out: Any, *a: Any, **k: Any) -> Any:
@@ -166,6 +169,7 @@ class Engine:
                     all(n == 1 + len(spec.get(r, ())) for r, n in so.num_scheduled_tokens.items()),
                 )
             )
+            self.step_k.append(getattr(so, "num_spec_tokens_to_schedule", None))
             return original(so, out, *a, **k)
 
         self.scheduler.update_from_output = counted
@@ -274,6 +278,19 @@ def full_batch_rate(log: list[StepRecord], batch: int) -> tuple[int, float]:
     return tokens, seconds
 
 
+def step_ms_by_k(log: list[StepRecord], ks: list[int | None], batch: int) -> dict[str, list[float]]:
+    """``"full:K"`` / ``"tail:K"`` -> [steps, median ms] of a run's back-to-back decode
+    steps at k = K, with all ``batch`` requests or fewer: what an "auto" row's steps at
+    each k cost, to set beside the pinned rows and the policy's own cost table."""
+    times: dict[str, list[float]] = {}
+    for i in range(1, len(log)):
+        prev, cur = log[i - 1], log[i]
+        if cur[3] and prev[3] and ks[i] is not None:
+            part = "full" if cur[1] == batch else "tail"
+            times.setdefault(f"{part}:{ks[i]}", []).append(1000 * (cur[0] - prev[0]))
+    return {key: [len(v), round(statistics.median(v), 3)] for key, v in sorted(times.items())}
+
+
 def decode_span(log: list[StepRecord]) -> tuple[int, float, int]:
     """Tokens, seconds and steps of a run's decode: from the output of its last step that
     held a prefill to its last output, tail included. Timing the run's wall clock instead
@@ -372,6 +389,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         steady: dict[Any, list[tuple[int, float]]] = {cell: [] for cell in cells}
         chosen: dict[Any, Counter[int]] = {cell: Counter() for cell in cells}
         modes: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
+        auto_steps: dict[Any, list[dict[str, list[float]]]] = {cell: [] for cell in cells}
         for cell in interleaved(cells, repeats_at(c, args.repeats, args.min_tokens, args.tokens)):
             apply(cell)
             policy = getattr(eng.scheduler, "k_policy", None)
@@ -379,6 +397,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             eng.graph_modes.clear()
             d0, a0 = eng.spec_counts()
             eng.step_log.clear()
+            eng.step_k.clear()
             seeds = common_draw_seeds(c, len(samples[cell]))
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
             tokens, seconds, steps = decode_span(eng.step_log)
@@ -388,6 +407,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             steady[cell].append(full_batch_rate(eng.step_log, c))
             if policy is not None and cell[2] == "auto":
                 chosen[cell] += Counter(policy.chosen) - chosen0
+                auto_steps[cell].append(step_ms_by_k(eng.step_log, eng.step_k, c))
             modes[cell] += eng.graph_modes
         for cell in cells:
             temperature, profile, setting = cell
@@ -435,6 +455,10 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 row["k_counts"] = counts
                 total = sum(counts.values())
                 row["mean_k"] = round(sum(k * n for k, n in counts.items()) / total, 2)
+                # why it chose so: its cost table and acceptance after the row's runs, and
+                # what its steps at each k cost in each run
+                row["k_policy"] = policies[cell].summary()
+                row["auto_step_ms"] = auto_steps[cell]
             if modes[cell]:
                 row["verify_graph_modes"] = dict(sorted(modes[cell].items()))
             if args.trace:

@@ -20,6 +20,7 @@ from bench.gpu_tokens import (
     interleaved,
     repeats_at,
     report,
+    step_ms_by_k,
     variable_k_tax,
 )
 from tests.conftest import REPO
@@ -234,6 +235,20 @@ def test_decode_span_times_from_the_last_prefill_step_to_the_last_output() -> No
     tokens, seconds, steps = decode_span(log)
     assert (tokens, steps) == (28, 3) and seconds == pytest.approx(0.11)
     assert decode_span(log[:2]) == (0, 0.0, 0)
+
+
+def test_step_ms_by_k_splits_full_batch_from_tail_steps() -> None:
+    log = [
+        (0.000, 4, 4, False),  # prefill: not a decode step, and not the start of one
+        (0.010, 4, 12, True),
+        (0.030, 4, 8, True),
+        (0.036, 4, 12, True),
+        (0.040, 2, 4, True),
+        (0.045, 2, 2, True),
+    ]
+    ks = [None, 3, 3, 1, 1, 1]
+    assert step_ms_by_k(log, ks, 4) == {"full:1": [1, 6.0], "full:3": [1, 20.0], "tail:1": [2, 4.5]}
+    assert step_ms_by_k(log, [None] * 6, 4) == {}  # an engine without a k lookup
 
 
 def test_report_of_the_full_batch_rate_leaves_out_rows_without_it() -> None:
