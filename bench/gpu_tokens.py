@@ -32,6 +32,7 @@ tensor), so one engine serves every profile.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -173,6 +174,8 @@ class Engine:
             return original(so, out, *a, **k)
 
         self.scheduler.update_from_output = counted
+        self.gc_pauses = GcPauses()
+        gc.callbacks.append(self.gc_pauses)
         self.tp = args.tp
         # a wrapper in this process sees only an in-process worker's dispatches
         self.graph_modes = self._count_verify_graph_modes() if self.tp == 1 else Counter()
@@ -239,6 +242,34 @@ class Engine:
 
         m = spec_metrics(self.llm)
         return int(m.get("num_drafts", 0) or 0), int(m.get("num_accepted_tokens", 0) or 0)
+
+
+class GcPauses:
+    """Host time in Python's garbage collector, per generation, from ``gc.callbacks``: a
+    host-bound step at high concurrency (async scheduling no longer hiding the host) may
+    be a collector's pause, and a row says how much of its time went there."""
+
+    def __init__(self) -> None:
+        self.ms = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        generation = min(max(int(info.get("generation", 0)), 0), 2)
+        self.ms[generation] += 1000 * (time.perf_counter() - self._start)
+        self.count[generation] += 1
+
+    def snapshot(self) -> tuple[list[float], list[int]]:
+        return list(self.ms), list(self.count)
+
+
+def gc_since(pauses: GcPauses, before: tuple[list[float], list[int]]) -> tuple[float, int]:
+    """(ms in every generation, full collections) since ``before``."""
+    ms, count = pauses.snapshot()
+    return sum(ms) - sum(before[0]), count[2] - before[1][2]
 
 
 def interleaved(cells: list[Any], repeats: int) -> list[Any]:
@@ -390,6 +421,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         chosen: dict[Any, Counter[int]] = {cell: Counter() for cell in cells}
         modes: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
         auto_steps: dict[Any, list[dict[str, list[float]]]] = {cell: [] for cell in cells}
+        #: per cell over its timed runs: GC ms, full collections, engine steps
+        pauses: dict[Any, list[float]] = {cell: [0.0, 0, 0] for cell in cells}
         for cell in interleaved(cells, repeats_at(c, args.repeats, args.min_tokens, args.tokens)):
             apply(cell)
             policy = getattr(eng.scheduler, "k_policy", None)
@@ -399,7 +432,12 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             eng.step_log.clear()
             eng.step_k.clear()
             seeds = common_draw_seeds(c, len(samples[cell]))
+            gc0 = eng.gc_pauses.snapshot()
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
+            gc_ms, gc_full = gc_since(eng.gc_pauses, gc0)
+            pauses[cell][0] += gc_ms
+            pauses[cell][1] += gc_full
+            pauses[cell][2] += len(eng.step_log)
             tokens, seconds, steps = decode_span(eng.step_log)
             d1, a1 = eng.spec_counts()
             rate = tokens / seconds if seconds > 0 else 0.0
@@ -445,6 +483,9 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "load_s": round(eng.load_s, 1),
                 "decode_timing": "step_outputs",
                 "decode_s_samples": [round(x[1], 4) for x in samples[cell]],
+                # host time in the garbage collector over the timed runs, per engine step
+                "gc_ms_per_step": round(pauses[cell][0] / max(pauses[cell][2], 1), 4),
+                "gc_full_collections": int(pauses[cell][1]),
                 "interleaved": True,
                 "common_draws": eng.synthetic and not temperature,
             }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import subprocess
 import sys
 from typing import Any
@@ -11,12 +12,14 @@ import pytest
 
 from bench.gpu_tokens import (
     RUN_KINDS,
+    GcPauses,
     _ks,
     _temperatures,
     by_run_kind,
     common_draw_seeds,
     decode_span,
     full_batch_rate,
+    gc_since,
     interleaved,
     repeats_at,
     report,
@@ -262,3 +265,17 @@ def test_report_of_the_full_batch_rate_leaves_out_rows_without_it() -> None:
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[3:7] == ["-", "17600", "17600 (k=4)", "19600 (k=4)"]
     assert cells[8:] == ["24000 (3.5)", "-", "1.22", "1.36"]
+
+
+def test_gc_pauses_count_the_collectors_real_runs() -> None:
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
+    try:
+        before = pauses.snapshot()
+        gc.collect()  # a full collection, through the same callbacks the engine's would use
+        gc.collect(0)
+        ms, full = gc_since(pauses, before)
+    finally:
+        gc.callbacks.remove(pauses)
+    assert full == 1 and pauses.count[0] >= 1
+    assert ms > 0.0 and ms == pytest.approx(sum(pauses.ms) - sum(before[0]))
