@@ -277,5 +277,5 @@ def test_gc_pauses_count_the_collectors_real_runs() -> None:
         ms, full = gc_since(pauses, before)
     finally:
         gc.callbacks.remove(pauses)
-    assert full == 1 and pauses.count[0] >= 1
+    assert full >= 1 and pauses.count[0] >= 1
     assert ms > 0.0 and ms == pytest.approx(sum(pauses.ms) - sum(before[0]))
