@@ -153,10 +153,8 @@ class Engine:
         self.core = self.llm.llm_engine.engine_core.engine_core
         self.scheduler = self.core.scheduler
         self.steps = 0
-        #: per step: (when its output arrived, requests, tokens committed, decode only)
+        #: per step: (when its output arrived, requests, tokens committed, decode only, k)
         self.step_log: list[StepRecord] = []
-        #: per step of step_log: the k it scheduled (None where the engine has no lookup)
-        self.step_k: list[int | None] = []
         original = self.scheduler.update_from_output
 
         def counted(so: Any, out: Any, *a: Any, **k: Any) -> Any:
@@ -168,9 +166,9 @@ class Engine:
                     len(so.num_scheduled_tokens),
                     sum(len(t) for t in (out.sampled_token_ids or ())),
                     all(n == 1 + len(spec.get(r, ())) for r, n in so.num_scheduled_tokens.items()),
+                    getattr(so, "num_spec_tokens_to_schedule", None),
                 )
             )
-            self.step_k.append(getattr(so, "num_spec_tokens_to_schedule", None))
             return original(so, out, *a, **k)
 
         self.scheduler.update_from_output = counted
@@ -291,8 +289,9 @@ def common_draw_seeds(concurrency: int, run: int) -> list[int]:
     return [run * concurrency + i for i in range(concurrency)]
 
 
-#: (when a step's output arrived, requests in it, tokens it committed, no prefill in it)
-StepRecord = tuple[float, int, int, bool]
+#: (when a step's output arrived, requests in it, tokens it committed, no prefill in it,
+#: the k it drafted: None where the engine has no per-step k lookup)
+StepRecord = tuple[float, int, int, bool, int | None]
 
 
 def full_batch_rate(log: list[StepRecord], batch: int) -> tuple[int, float]:
@@ -309,16 +308,16 @@ def full_batch_rate(log: list[StepRecord], batch: int) -> tuple[int, float]:
     return tokens, seconds
 
 
-def step_ms_by_k(log: list[StepRecord], ks: list[int | None], batch: int) -> dict[str, list[float]]:
+def step_ms_by_k(log: list[StepRecord], batch: int) -> dict[str, list[float]]:
     """``"full:K"`` / ``"tail:K"`` -> [steps, median ms] of a run's back-to-back decode
     steps at k = K, with all ``batch`` requests or fewer: what an "auto" row's steps at
     each k cost, to set beside the pinned rows and the policy's own cost table."""
     times: dict[str, list[float]] = {}
     for i in range(1, len(log)):
         prev, cur = log[i - 1], log[i]
-        if cur[3] and prev[3] and ks[i] is not None:
+        if cur[3] and prev[3] and cur[4] is not None:
             part = "full" if cur[1] == batch else "tail"
-            times.setdefault(f"{part}:{ks[i]}", []).append(1000 * (cur[0] - prev[0]))
+            times.setdefault(f"{part}:{cur[4]}", []).append(1000 * (cur[0] - prev[0]))
     return {key: [len(v), round(statistics.median(v), 3)] for key, v in sorted(times.items())}
 
 
@@ -430,7 +429,6 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             eng.graph_modes.clear()
             d0, a0 = eng.spec_counts()
             eng.step_log.clear()
-            eng.step_k.clear()
             seeds = common_draw_seeds(c, len(samples[cell]))
             gc0 = eng.gc_pauses.snapshot()
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
@@ -445,7 +443,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             steady[cell].append(full_batch_rate(eng.step_log, c))
             if policy is not None and cell[2] == "auto":
                 chosen[cell] += Counter(policy.chosen) - chosen0
-                auto_steps[cell].append(step_ms_by_k(eng.step_log, eng.step_k, c))
+                auto_steps[cell].append(step_ms_by_k(eng.step_log, c))
             modes[cell] += eng.graph_modes
         for cell in cells:
             temperature, profile, setting = cell

@@ -215,12 +215,12 @@ def test_synthetic_rates_reach_each_rank_or_say_they_cannot() -> None:
 
 def test_full_batch_rate_counts_only_back_to_back_full_decode_steps() -> None:
     log = [
-        (0.00, 4, 4, False),  # prefill: the first token of each request
-        (0.10, 4, 12, True),  # timed from a prefill step: left out
-        (0.12, 4, 10, True),
-        (0.15, 4, 14, True),
-        (0.16, 2, 6, True),  # two requests done: the tail
-        (0.17, 1, 3, True),
+        (0.00, 4, 4, False, None),  # prefill: the first token of each request
+        (0.10, 4, 12, True, None),  # timed from a prefill step: left out
+        (0.12, 4, 10, True, None),
+        (0.15, 4, 14, True, None),
+        (0.16, 2, 6, True, None),  # two requests done: the tail
+        (0.17, 1, 3, True, None),
     ]
     tokens, seconds = full_batch_rate(log, 4)
     assert tokens == 24 and seconds == pytest.approx(0.05)
@@ -229,11 +229,11 @@ def test_full_batch_rate_counts_only_back_to_back_full_decode_steps() -> None:
 
 def test_decode_span_times_from_the_last_prefill_step_to_the_last_output() -> None:
     log = [
-        (0.00, 3, 2, False),  # chunked prefill: two requests get their first token
-        (0.05, 4, 5, False),  # the last prompt's chunk, one request decoding beside it
-        (0.10, 4, 12, True),
-        (0.12, 4, 10, True),
-        (0.16, 2, 6, True),  # the tail
+        (0.00, 3, 2, False, None),  # chunked prefill: two requests get their first token
+        (0.05, 4, 5, False, None),  # the last prompt's chunk, one request decoding beside it
+        (0.10, 4, 12, True, None),
+        (0.12, 4, 10, True, None),
+        (0.16, 2, 6, True, None),  # the tail
     ]
     tokens, seconds, steps = decode_span(log)
     assert (tokens, steps) == (28, 3) and seconds == pytest.approx(0.11)
@@ -242,16 +242,16 @@ def test_decode_span_times_from_the_last_prefill_step_to_the_last_output() -> No
 
 def test_step_ms_by_k_splits_full_batch_from_tail_steps() -> None:
     log = [
-        (0.000, 4, 4, False),  # prefill: not a decode step, and not the start of one
-        (0.010, 4, 12, True),
-        (0.030, 4, 8, True),
-        (0.036, 4, 12, True),
-        (0.040, 2, 4, True),
-        (0.045, 2, 2, True),
+        (0.000, 4, 4, False, None),  # prefill: not a decode step, and not the start of one
+        (0.010, 4, 12, True, 3),
+        (0.030, 4, 8, True, 3),
+        (0.036, 4, 12, True, 1),
+        (0.040, 2, 4, True, 1),
+        (0.045, 2, 2, True, 1),
     ]
-    ks = [None, 3, 3, 1, 1, 1]
-    assert step_ms_by_k(log, ks, 4) == {"full:1": [1, 6.0], "full:3": [1, 20.0], "tail:1": [2, 4.5]}
-    assert step_ms_by_k(log, [None] * 6, 4) == {}  # an engine without a k lookup
+    assert step_ms_by_k(log, 4) == {"full:1": [1, 6.0], "full:3": [1, 20.0], "tail:1": [2, 4.5]}
+    no_lookup = [(t, n, tokens, decode, None) for t, n, tokens, decode, _ in log]
+    assert step_ms_by_k(no_lookup, 4) == {}  # an engine without a k lookup
 
 
 def test_report_of_the_full_batch_rate_leaves_out_rows_without_it() -> None:
