@@ -41,8 +41,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from bench.host_phases import PHASES, HostPhases, ms_per_step, profile_run
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -174,6 +177,7 @@ class Engine:
         self.scheduler.update_from_output = counted
         self.gc_pauses = GcPauses()
         gc.callbacks.append(self.gc_pauses)
+        self.host_phases = self._time_host_phases()
         self.tp = args.tp
         # a wrapper in this process sees only an in-process worker's dispatches
         self.graph_modes = self._count_verify_graph_modes() if self.tp == 1 else Counter()
@@ -183,6 +187,26 @@ class Engine:
         self.async_ = bool(cfg.scheduler_config.async_scheduling)
         self.vocab = cfg.model_config.get_vocab_size()
         self.attention = self.llm.collective_rpc(attention_backends)[0]
+
+    def _time_host_phases(self) -> HostPhases:
+        """Time each phase of this process's step loop (see bench/host_phases.py); a
+        phase whose object this engine lacks (another executor) is left out."""
+        from vllm.v1.executor import uniproc_executor
+
+        engine = self.llm.llm_engine
+        owners = {
+            "llm_engine": engine,
+            "scheduler": self.scheduler,
+            "executor": self.core.model_executor,
+            "async_output_future": getattr(uniproc_executor, "AsyncOutputFuture", None),
+            "core": self.core,
+            "output_processor": getattr(engine, "output_processor", None),
+        }
+        phases = HostPhases()
+        for phase, owner, attr in PHASES:
+            if hasattr(owners[owner], attr):
+                phases.wrap(owners[owner], attr, phase)
+        return phases
 
     def _count_verify_graph_modes(self) -> Counter[str]:
         """Counts of the CUDA-graph mode each target step dispatched to (Model Runner V2),
@@ -422,6 +446,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         auto_steps: dict[Any, list[dict[str, list[float]]]] = {cell: [] for cell in cells}
         #: per cell over its timed runs: GC ms, full collections, engine steps
         pauses: dict[Any, list[float]] = {cell: [0.0, 0, 0] for cell in cells}
+        #: per cell over its timed runs: host seconds in each phase of the step loop
+        host_s: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
         for cell in interleaved(cells, repeats_at(c, args.repeats, args.min_tokens, args.tokens)):
             apply(cell)
             policy = getattr(eng.scheduler, "k_policy", None)
@@ -431,8 +457,10 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             eng.step_log.clear()
             seeds = common_draw_seeds(c, len(samples[cell]))
             gc0 = eng.gc_pauses.snapshot()
+            h0 = eng.host_phases.snapshot()
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
             gc_ms, gc_full = gc_since(eng.gc_pauses, gc0)
+            host_s[cell].update({p: v - h0[p] for p, v in eng.host_phases.snapshot().items()})
             pauses[cell][0] += gc_ms
             pauses[cell][1] += gc_full
             pauses[cell][2] += len(eng.step_log)
@@ -484,6 +512,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 # host time in the garbage collector over the timed runs, per engine step
                 "gc_ms_per_step": round(pauses[cell][0] / max(pauses[cell][2], 1), 4),
                 "gc_full_collections": int(pauses[cell][1]),
+                # host ms per step in each phase of the step loop: which one sets the pace
+                "host_ms_per_step": ms_per_step({}, dict(host_s[cell]), int(pauses[cell][2])),
                 "interleaved": True,
                 "common_draws": eng.synthetic and not temperature,
             }
@@ -507,6 +537,13 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                     row["trace"] = trace_one_run(eng, batch, params(args.tokens, seeds))
                 except Exception as e:  # a diagnostic: the row stands without it
                     row["trace"] = {"error": repr(e)[:300]}
+            if args.host_profile:
+                apply(cell)
+                seeds = common_draw_seeds(c, len(samples[cell]))
+                row["host_profile"] = profile_run(
+                    partial(eng.llm.generate, batch, params(args.tokens, seeds), use_tqdm=False),
+                    lambda: eng.steps,
+                )
             stats = eng.llm.collective_rpc(worker_drafter_info)[0]["stats"]
             if stats is not None:
                 row["graph_misses"] = stats["graph_misses"]
@@ -523,6 +560,14 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 #: CPU ops that block the host until the device catches up
 HOST_WAITS = ("aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::equal")
+#: the calls whose host time is a wait for the device (``aten::item`` contains
+#: ``_local_scalar_dense``, so only the inner op counts)
+SYNC_CALLS = (
+    "cudaEventSynchronize",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "aten::_local_scalar_dense",
+)
 
 
 def trace_one_run(eng: Engine, batch: Any, params: Any, top: int = 12) -> dict[str, Any]:
@@ -544,6 +589,7 @@ def trace_one_run(eng: Engine, batch: Any, params: Any, top: int = 12) -> dict[s
     steps = max(eng.steps - s0, 1)
     kernels: Counter[str] = Counter()
     launches: Counter[str] = Counter()
+    waits: Counter[str] = Counter()
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             kernels[ev.name[:90]] += (
@@ -551,12 +597,16 @@ def trace_one_run(eng: Engine, batch: Any, params: Any, top: int = 12) -> dict[s
             )
         elif ev.name.startswith("cu") or ev.name in HOST_WAITS:
             launches[ev.name] += 1  # runtime calls and the ops that wait for the device
+            if ev.name in SYNC_CALLS:
+                waits[ev.name] += ev.cpu_time_total  # host time blocked on the device
     gpu_us = sum(kernels.values())
     return {
         "steps": steps,
         "wall_ms_per_step": round(1000 * wall / steps, 3),
         "gpu_ms_per_step": round(gpu_us / 1000 / steps, 3),
         "calls_per_step": {k: round(v / steps, 1) for k, v in sorted(launches.items())},
+        # near zero: the host never waited, so it set the pace (a host-bound step)
+        "host_wait_ms_per_step": {k: round(v / 1000 / steps, 3) for k, v in sorted(waits.items())},
         "top_kernels_ms_per_step": [
             [name, round(us / 1000 / steps, 4)] for name, us in kernels.most_common(top)
         ],
@@ -805,6 +855,11 @@ def main() -> None:
         )
         p.add_argument(
             "--trace", action="store_true", help="profile one more run per row (kernel times)"
+        )
+        p.add_argument(
+            "--host-profile",
+            action="store_true",
+            help="cProfile one more run per row (the host's Python functions per step)",
         )
     rp = sub.add_parser("report")
     rp.add_argument("jsonl", help="rows: JSON lines, or a JSON list")

@@ -1,0 +1,79 @@
+"""``bench.host_phases``: the step loop's host time per phase, and its Python profile."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.host_phases import HostPhases, ms_per_step, profile_run
+
+
+class _Loop:
+    """A step loop's shape: ``step`` calls ``schedule`` and ``update``, then does its
+    own work; ``Output.result`` stands for a class-level method (every instance)."""
+
+    class Output:
+        def result(self) -> int:
+            time.sleep(0.002)
+            return 1
+
+    def schedule(self) -> None:
+        time.sleep(0.003)
+
+    def update(self, out: int) -> int:
+        return out + 1
+
+    def step(self) -> int:
+        self.schedule()
+        out = self.update(_Loop.Output().result())
+        time.sleep(0.004)  # the loop's own glue: "other"
+        return out
+
+
+def test_phases_time_instance_and_class_methods_and_leave_results_alone() -> None:
+    loop = _Loop()
+    phases = HostPhases()
+    original_result = _Loop.Output.result
+    try:
+        phases.wrap(loop, "step", "llm_step")
+        phases.wrap(loop, "schedule", "schedule")
+        phases.wrap(loop, "update", "update_from_output")
+        phases.wrap(_Loop.Output, "result", "get_output")
+        before = phases.snapshot()
+        assert [loop.step() for _ in range(5)] == [2] * 5
+        ms = ms_per_step(before, phases.snapshot(), steps=5)
+    finally:
+        _Loop.Output.result = original_result  # type: ignore[method-assign]
+    assert ms["schedule"] >= 3.0 and ms["get_output"] >= 2.0
+    assert ms["llm_step"] >= ms["schedule"] + ms["get_output"] + 4.0
+    # what the step spent outside its timed parts: the 4 ms of glue, not the parts again
+    assert 4.0 <= ms["other"] < ms["llm_step"] - ms["schedule"]
+    assert ms["update_from_output"] < 1.0
+
+
+def test_ms_per_step_counts_only_the_span_between_snapshots() -> None:
+    before = {"llm_step": 1.0, "schedule": 0.5}
+    after = {"llm_step": 1.1, "schedule": 0.54}
+    ms = ms_per_step(before, after, steps=10)
+    assert ms == {"llm_step": 10.0, "schedule": 4.0, "other": 6.0}
+
+
+def test_profile_run_names_the_function_that_took_the_time() -> None:
+    steps = [0]
+
+    def busy() -> None:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.02:
+            pass
+
+    def run() -> Any:
+        for _ in range(4):
+            busy()
+            steps[0] += 1
+
+    top = profile_run(run, lambda: steps[0], top=5)
+    names = [name for name, *_ in top]
+    assert any(name.endswith("(busy)") for name in names)
+    busy_row = next(r for r in top if r[0].endswith("(busy)"))
+    assert busy_row[3] == 1.0  # one call per step
+    assert busy_row[2] >= 15.0  # about 20 ms of cumulative time per step
