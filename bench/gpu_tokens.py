@@ -45,7 +45,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.host_phases import PHASES, HostPhases, ms_per_step, profile_run
+from bench.host_phases import PHASES, HostPhases, host_table, ms_per_step, profile_run
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -904,6 +904,10 @@ def main() -> None:
             print()
             print(variable_k_tax(group))
             print()
+            host = host_table(group)
+            if host:
+                print(host)
+                print()
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
 

@@ -101,3 +101,25 @@ def _short(path: str) -> str:
         if i >= 0:
             return path[i + 1 :]
     return path
+
+
+def host_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: each row's step time, its kernel time where traced, and its host ms per
+    step by phase; empty where no row carries ``host_ms_per_step``."""
+    rows = [r for r in rows if r.get("host_ms_per_step")]
+    if not rows:
+        return ""
+    phases = [p for p, _, _ in PHASES if p != "llm_step"] + ["other"]
+    out = [
+        "| model | c | profile | method | k | step ms | kernels ms | " + " | ".join(phases) + " |",
+        "|" + "---|" * (7 + len(phases)),
+    ]
+    for r in sorted(rows, key=lambda r: (r["model"], r["concurrency"], r["profile"], r["method"])):
+        host = r["host_ms_per_step"]
+        kernels = (r.get("trace") or {}).get("gpu_ms_per_step", "-")
+        cells = [f"{host[p]:.2f}" if p in host else "-" for p in phases]
+        out.append(
+            f"| {r['model']} | {r['concurrency']} | {r['profile']} | {r['method']} | {r['k']} | "
+            f"{r['step_ms']:.2f} | {kernels} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.host_phases import HostPhases, ms_per_step, profile_run
+from bench.host_phases import HostPhases, host_table, ms_per_step, profile_run
 
 
 class _Loop:
@@ -77,3 +77,25 @@ def test_profile_run_names_the_function_that_took_the_time() -> None:
     busy_row = next(r for r in top if r[0].endswith("(busy)"))
     assert busy_row[3] == 1.0  # one call per step
     assert busy_row[2] >= 15.0  # about 20 ms of cumulative time per step
+
+
+def test_host_table_lists_rows_with_phases_and_their_kernel_time() -> None:
+    base = {"model": "E4B", "concurrency": 256, "profile": "chat", "step_ms": 23.85}
+    rows = [
+        {
+            **base,
+            "method": "frozen_kv_mtp",
+            "k": 0,
+            "trace": {"gpu_ms_per_step": 9.49},
+            "host_ms_per_step": {"schedule": 4.0, "get_output": 0.1, "other": 1.0},
+        },
+        {**base, "method": "none", "k": 0, "profile": "-", "step_ms": 10.72},  # no phases
+    ]
+    table = host_table(rows).splitlines()
+    assert len(table) == 3  # header, rule, the one row with phases
+    cells = [c.strip() for c in table[2].strip("|").split("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    row = dict(zip(header, cells, strict=True))
+    assert row["method"] == "frozen_kv_mtp" and row["kernels ms"] == "9.49"
+    assert row["schedule"] == "4.00" and row["other"] == "1.00" and row["execute_model"] == "-"
+    assert host_table(rows[1:]) == ""
