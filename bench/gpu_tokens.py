@@ -561,7 +561,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
 #: CPU ops that block the host until the device catches up
 HOST_WAITS = ("aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::equal")
 #: the calls whose host time is a wait for the device (``aten::item`` contains
-#: ``_local_scalar_dense``, so only the inner op counts)
+#: ``_local_scalar_dense``, so only the inner op counts; on a CPU tensor that op reads a
+#: host value and its time is next to nothing)
 SYNC_CALLS = (
     "cudaEventSynchronize",
     "cudaStreamSynchronize",
