@@ -527,6 +527,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 # why it chose so: its cost table and acceptance after the row's runs, and
                 # what its steps at each k cost in each run
                 row["k_policy"] = policies[cell].summary()
+                row["k_policy_cost_samples"] = cost_samples(policies[cell])
                 row["auto_step_ms"] = auto_steps[cell]
             if modes[cell]:
                 row["verify_graph_modes"] = dict(sorted(modes[cell].items()))
@@ -782,6 +783,16 @@ def _ks(text: str) -> list[int]:
     if min(ks) < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: k must be >= 0")
     return ks
+
+
+def cost_samples(policy: Any) -> dict[int, dict[int, list[list[float]]]]:
+    """The step-time samples behind an ``auto`` row's cost table, per batch bucket and k,
+    as [policy step, ms]: a cost that looks wrong shows whether one sample or all of them
+    carry it, and when in the run they were taken."""
+    out: dict[int, dict[int, list[list[float]]]] = {}
+    for (b, k), window in sorted(policy.cost.recent.items()):
+        out.setdefault(b, {})[k] = [[step, round(1000 * t, 2)] for step, t in window]
+    return out
 
 
 def _temperatures(text: str) -> list[float]:

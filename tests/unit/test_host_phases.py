@@ -99,3 +99,20 @@ def test_host_table_lists_rows_with_phases_and_their_kernel_time() -> None:
     assert row["method"] == "frozen_kv_mtp" and row["kernels ms"] == "9.49"
     assert row["schedule"] == "4.00" and row["other"] == "1.00" and row["execute_model"] == "-"
     assert host_table(rows[1:]) == ""
+
+
+def test_cost_samples_list_each_keys_samples_in_ms_with_their_step() -> None:
+    from bench.gpu_tokens import cost_samples
+    from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings
+
+    policy = GoodputPolicy(PolicySettings(k_max=3))
+    for batch, k, seconds in [(200, 1, 0.0135), (256, 1, 0.0221), (256, 3, 0.0196), (8, 3, 0.007)]:
+        policy.choose(batch)
+        policy.observe_step(batch, k, seconds)
+    samples = cost_samples(policy)
+    assert samples == {
+        8: {3: [[4, 7.0]]},
+        256: {1: [[1, 13.5], [2, 22.1]], 3: [[3, 19.6]]},
+    }
+    # the table's median is made of exactly these samples
+    assert policy.summary()["step_ms"][256][1] == round((13.5 + 22.1) / 2, 2)
