@@ -23,7 +23,8 @@ One engine per process and per engine kind (``--engine``):
                   for the whole run (vLLM's own per-step lookup), to find its best k per c
   frozen:sweep    frozen_kv_mtp with num_speculative_tokens="auto" (one CUDA graph per
                   batch bucket and k); rows pin k = 1..k_max as above, plus "auto" rows
-                  where the goodput policy chooses, plus rows under a batch-size schedule
+                  where the goodput policy chooses, plus rows under a batch-size schedule,
+                  plus rows that alternate two k (--pin 1/3): what changing k costs
   frozen:K:OPT=V  frozen_kv_mtp static k = K with plugin options (e.g. target_softcap=vllm)
 Synthetic rates are set in place between profiles (the rejection sampler's rate
 tensor), so one engine serves every profile.
@@ -45,6 +46,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench import thread_cpu
 from bench.host_phases import PHASES, HostPhases, host_table, ms_per_step, profile_run
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -59,6 +61,9 @@ AUTO_WARMUP_STEPS = 300
 #: a batch-size schedule of the kind vLLM's docs suggest: deep drafts when the batch
 #: is small, none at saturation
 SCHEDULE = [[1, 4, 5], [5, 16, 4], [17, 64, 2], [65, 128, 1], [129, 4096, 0]]
+#: an alternating row ("--pin 1/3") holds each of its two k this many steps, as long as
+#: the "auto" policy holds a choice at the least (its min_dwell_steps)
+ALTERNATE_STEPS = 4
 FIELDS = (
     "model",
     "method",
@@ -256,6 +261,9 @@ class Engine:
             self.scheduler.dynamic_sd_lookup = build_dynamic_sd_schedule_lookup(
                 SCHEDULE, self.max_seqs, self.k_max
             )
+        elif isinstance(k, str) and "/" in k:
+            a, b = _pin_ks(k)
+            self.scheduler.dynamic_sd_lookup = Alternating(a, b, ALTERNATE_STEPS)
         elif k != "auto":
             self.scheduler.dynamic_sd_lookup = [int(k)] * (self.max_seqs + 1)
 
@@ -264,6 +272,19 @@ class Engine:
 
         m = spec_metrics(self.llm)
         return int(m.get("num_drafts", 0) or 0), int(m.get("num_accepted_tokens", 0) or 0)
+
+
+class Alternating:
+    """Stands where vLLM keeps its batch-size -> k table: ``a`` for ``hold`` steps, then
+    ``b`` for ``hold`` steps, and so on (vLLM's scheduler looks k up once a step)."""
+
+    def __init__(self, a: int, b: int, hold: int) -> None:
+        self.ks, self.hold, self.calls = (a, b), hold, 0
+
+    def __getitem__(self, batch_size: int) -> int:
+        k = self.ks[(self.calls // self.hold) % 2]
+        self.calls += 1
+        return k
 
 
 class GcPauses:
@@ -448,6 +469,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         pauses: dict[Any, list[float]] = {cell: [0.0, 0, 0] for cell in cells}
         #: per cell over its timed runs: host seconds in each phase of the step loop
         host_s: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
+        #: per cell over its timed runs: ns on a core per thread (bench/thread_cpu.py)
+        threads: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
         for cell in interleaved(cells, repeats_at(c, args.repeats, args.min_tokens, args.tokens)):
             apply(cell)
             policy = getattr(eng.scheduler, "k_policy", None)
@@ -458,7 +481,9 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             seeds = common_draw_seeds(c, len(samples[cell]))
             gc0 = eng.gc_pauses.snapshot()
             h0 = eng.host_phases.snapshot()
+            t0 = thread_cpu.snapshot()
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
+            threads[cell] += thread_cpu.delta(t0)
             gc_ms, gc_full = gc_since(eng.gc_pauses, gc0)
             host_s[cell].update({p: v - h0[p] for p, v in eng.host_phases.snapshot().items()})
             pauses[cell][0] += gc_ms
@@ -471,7 +496,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             steady[cell].append(full_batch_rate(eng.step_log, c))
             if policy is not None and cell[2] == "auto":
                 chosen[cell] += Counter(policy.chosen) - chosen0
-                auto_steps[cell].append(step_ms_by_k(eng.step_log, c))
+            auto_steps[cell].append(step_ms_by_k(eng.step_log, c))
             modes[cell] += eng.graph_modes
         for cell in cells:
             temperature, profile, setting = cell
@@ -481,12 +506,18 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             accepted = sum(x[4] for x in samples[cell])
             full_tokens = sum(x[0] for x in steady[cell])
             full_s = sum(x[1] for x in steady[cell])
+            alternate = _pin_ks(setting) if isinstance(setting, str) and "/" in setting else None
             row: dict[str, Any] = {
                 "model": args.model,
                 "method": eng.method
                 + (":auto" if setting == "auto" else "")
-                + (":schedule" if setting == "schedule" else ""),
-                "k": eng.k_max if isinstance(setting, str) else setting,
+                + (":schedule" if setting == "schedule" else "")
+                + (":alternate" if alternate else ""),
+                "k": max(alternate)
+                if alternate
+                else eng.k_max
+                if isinstance(setting, str)
+                else setting,
                 "concurrency": c,
                 "profile": profile,
                 "temperature": temperature,
@@ -514,6 +545,13 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "gc_full_collections": int(pauses[cell][1]),
                 # host ms per step in each phase of the step loop: which one sets the pace
                 "host_ms_per_step": ms_per_step({}, dict(host_s[cell]), int(pauses[cell][2])),
+                # per run: [steps, median ms] of its decode steps by k, full batch or tail
+                "step_ms_by_k": auto_steps[cell],
+                # the main thread's CPU and wait for a core, and the other threads' CPU:
+                # whether a slow host phase waited or ran slower
+                "thread_cpu_ms_per_step": thread_cpu.ms_per_step(
+                    threads[cell], int(pauses[cell][2])
+                ),
                 "interleaved": True,
                 "common_draws": eng.synthetic and not temperature,
             }
@@ -528,7 +566,9 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 # what its steps at each k cost in each run
                 row["k_policy"] = policies[cell].summary()
                 row["k_policy_cost_samples"] = cost_samples(policies[cell])
-                row["auto_step_ms"] = auto_steps[cell]
+            if alternate:
+                row["alternate"] = alternate
+                row["alternate_steps"] = ALTERNATE_STEPS
             if modes[cell]:
                 row["verify_graph_modes"] = dict(sorted(modes[cell].items()))
             if args.trace:
@@ -740,6 +780,48 @@ def by_run_kind(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def full_step_ms(row: dict[str, Any], k: int) -> float | None:
+    """Median over a row's runs of its full-batch decode steps' median ms at k."""
+    runs = row.get("step_ms_by_k") or row.get("auto_step_ms") or []
+    ms = [run[f"full:{k}"][1] for run in runs if f"full:{k}" in run]
+    return statistics.median(ms) if ms else None
+
+
+def switching_table(rows: list[dict[str, Any]]) -> str:
+    """What changing k costs: the full-batch step of each k in a row that alternates two
+    k next to the same k pinned for whole runs in the same engine."""
+    pinned = {
+        (r["model"], r["profile"], r["concurrency"], r["k"]): r
+        for r in rows
+        if r.get("pinned") and r["method"] == "frozen_kv_mtp" and not r.get("temperature")
+    }
+    out = []
+    for r in rows:
+        if not r.get("alternate") or r.get("temperature"):
+            continue
+        key = (r["model"], r["profile"], r["concurrency"])
+        for k in r["alternate"]:
+            alt, pin = full_step_ms(r, k), pinned.get((*key, k))
+            pin_ms = full_step_ms(pin, k) if pin else None
+            if alt is None or pin_ms is None:
+                continue
+            pair = "/".join(map(str, r["alternate"]))
+            out.append(
+                f"| {key[0]} | {key[1]} | {key[2]} | {pair} | {k} | {pin_ms:.2f} | "
+                f"{alt:.2f} ({alt / pin_ms:.2f}x) |"
+            )
+    if not out:
+        return ""
+    head = [
+        "Full-batch step (ms, median of runs) of a k alternated with another every "
+        f"{ALTERNATE_STEPS} steps, next to the same k pinned:",
+        "",
+        "| model | profile | c | pair | k | pinned | alternating |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    return "\n".join(head + out)
+
+
 def variable_k_tax(rows: list[dict[str, Any]]) -> str:
     """Step time of a static k=4 engine (frozen_kv_mtp's if measured, else upstream mtp's)
     next to k=4 and k=k_max pinned in the engine built for every k (frozen:sweep): what an
@@ -774,15 +856,32 @@ def variable_k_tax(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _ks(text: str) -> list[int]:
-    """``--pin``: comma-separated draft lengths, each >= 0."""
-    try:
-        ks = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of k") from None
-    if min(ks) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: k must be >= 0")
-    return ks
+def _pin_ks(entry: str) -> list[int]:
+    """The k of one ``--pin`` entry: "3", or "1/3" (alternate 1 and 3)."""
+    return [int(x) for x in entry.split("/")]
+
+
+def _ks(text: str) -> list[int | str]:
+    """``--pin``: comma-separated draft lengths, each >= 0; "A/B" alternates A and B
+    every ALTERNATE_STEPS steps."""
+    out: list[int | str] = []
+    for entry in text.split(","):
+        try:
+            ks = _pin_ks(entry)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a comma-separated list of k (or A/B pairs)"
+            ) from None
+        if min(ks) < 0 or len(ks) > 2 or (len(ks) == 2 and ks[0] == ks[1]):
+            raise argparse.ArgumentTypeError(
+                f"{entry!r}: a k is >= 0, and a pair A/B names two different k"
+            )
+        out.append(ks[0] if len(ks) == 1 else entry)
+    return out
+
+
+def pin_max(pins: list[int | str]) -> int:
+    return max(k for p in pins for k in (_pin_ks(p) if isinstance(p, str) else [p]))
 
 
 def cost_samples(policy: Any) -> dict[int, dict[int, list[list[float]]]]:
@@ -864,7 +963,8 @@ def main() -> None:
         p.add_argument(
             "--pin",
             type=_ks,
-            help="sweep engines: the k to pin, e.g. 0,4,7 (default 1..k_max)",
+            help="sweep engines: the k to pin, e.g. 0,4,7 (default 1..k_max); A/B alternates "
+            f"A and B every {ALTERNATE_STEPS} steps, e.g. 1,3,1/3",
         )
         p.add_argument(
             "--trace", action="store_true", help="profile one more run per row (kernel times)"
@@ -884,8 +984,8 @@ def main() -> None:
         help="tok/s of whole runs, or of their steps that ran the full batch",
     )
     args = ap.parse_args()
-    if args.cmd != "report" and args.pin and max(args.pin) > args.k_max:
-        ap.error(f"--pin {max(args.pin)} is above --k-max {args.k_max}")
+    if args.cmd != "report" and args.pin and pin_max(args.pin) > args.k_max:
+        ap.error(f"--pin {pin_max(args.pin)} is above --k-max {args.k_max}")
     if args.cmd != "report" and (args.repeats < 1 or args.min_tokens < 0):
         ap.error("--repeats must be >= 1 and --min-tokens >= 0")
     if args.cmd != "report" and args.tp < 1:
@@ -917,6 +1017,10 @@ def main() -> None:
             print()
             print(variable_k_tax(group))
             print()
+            switching = switching_table(group)
+            if switching:
+                print(switching)
+                print()
             host = host_table(group)
             if host:
                 print(host)

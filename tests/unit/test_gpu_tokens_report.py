@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from bench.gpu_tokens import (
+    ALTERNATE_STEPS,
     RUN_KINDS,
+    Alternating,
     GcPauses,
     _ks,
     _temperatures,
@@ -24,6 +26,7 @@ from bench.gpu_tokens import (
     repeats_at,
     report,
     step_ms_by_k,
+    switching_table,
     variable_k_tax,
 )
 from tests.conftest import REPO
@@ -82,8 +85,17 @@ def test_variable_k_tax_falls_back_to_upstream_mtp() -> None:
 
 def test_run_flags_are_checked_before_any_engine_starts() -> None:
     assert _ks("0,4,7") == [0, 4, 7]
+    assert _ks("1,3,1/3") == [1, 3, "1/3"]
     assert _temperatures("0,1") == [0.0, 1.0]
-    for parse, bad in ((_ks, "0,x"), (_ks, "-1"), (_temperatures, "1,-1"), (_temperatures, "a")):
+    for parse, bad in (
+        (_ks, "0,x"),
+        (_ks, "-1"),
+        (_ks, "1/1"),
+        (_ks, "1/2/3"),
+        (_ks, "1/-2"),
+        (_temperatures, "1,-1"),
+        (_temperatures, "a"),
+    ):
         with pytest.raises(argparse.ArgumentTypeError):
             parse(bad)
 
@@ -279,3 +291,39 @@ def test_gc_pauses_count_the_collectors_real_runs() -> None:
         gc.callbacks.remove(pauses)
     assert full >= 1 and pauses.count[0] >= 1
     assert ms > 0.0 and ms == pytest.approx(sum(pauses.ms) - sum(before[0]))
+
+
+def test_an_alternating_row_holds_each_k_for_its_steps() -> None:
+    lookup = Alternating(1, 3, hold=2)
+    assert [lookup[256] for _ in range(6)] == [1, 1, 3, 3, 1, 1]  # whatever the batch
+
+
+def test_switching_table_sets_an_alternated_k_beside_the_same_k_pinned() -> None:
+    def row(k: int, runs: list[dict[str, list[float]]], **kw: Any) -> dict[str, Any]:
+        return {
+            "model": "E4B",
+            "profile": "prose",
+            "concurrency": 256,
+            "method": "frozen_kv_mtp",
+            "k": k,
+            "step_ms_by_k": runs,
+            **kw,
+        }
+
+    rows = [
+        row(
+            1, [{"full:1": [90, 14.0]}, {"full:1": [90, 15.0]}, {"full:1": [90, 30.0]}], pinned=True
+        ),
+        row(3, [{"full:3": [60, 22.0]}], pinned=True),
+        row(
+            3,
+            [{"full:1": [40, 21.0], "full:3": [40, 22.0], "tail:1": [4, 8.0]}],
+            method="frozen_kv_mtp:alternate",
+            alternate=[1, 3],
+        ),
+    ]
+    text = switching_table(rows)
+    assert f"every {ALTERNATE_STEPS} steps" in text
+    assert "| E4B | prose | 256 | 1/3 | 1 | 15.00 | 21.00 (1.40x) |" in text  # median of runs
+    assert "| E4B | prose | 256 | 1/3 | 3 | 22.00 | 22.00 (1.00x) |" in text
+    assert switching_table(rows[:2]) == ""  # no alternating row, no table
