@@ -28,7 +28,9 @@ def _output(batch: int, verified: int, k: int, prefill_tokens: int = 0) -> Any:
 
 
 def _scheduler(last: float | None) -> Any:
-    return SimpleNamespace(k_policy=GoodputPolicy(PolicySettings(k_max=4)), _last_step_end=last)
+    # every clean step reaches the cost table (the policy drops none to settle)
+    settings = PolicySettings(k_max=4, settle_samples=0)
+    return SimpleNamespace(k_policy=GoodputPolicy(settings), _last_step_end=last)
 
 
 def test_clean_steps_are_timed_and_others_are_not() -> None:

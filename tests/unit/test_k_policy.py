@@ -8,6 +8,7 @@ tokens per second, hold it, probe at k = 0, and follow the traffic when it chang
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -16,8 +17,6 @@ from vllm_frozen_kv_mtp.scheduling.k_policy import (
     AcceptanceEstimate,
     GoodputPolicy,
     PolicySettings,
-    StepCost,
-    bucket,
 )
 
 CODE = [0.90, 0.80, 0.70, 0.60, 0.52, 0.45, 0.40]
@@ -65,12 +64,6 @@ def linear_cost(base: float, per_draft: float, k_max: int = 7) -> dict[int, floa
     return {k: base + per_draft * k for k in range(k_max + 1)}
 
 
-def _cost_at(cost: StepCost, k: int, batch: int = 8) -> float:
-    curve = cost.curve(batch)
-    assert curve is not None
-    return curve[k]
-
-
 def goodput(rates: list[float], cost: dict[int, float], k: int) -> float:
     return (1 + sum(rates[:k])) / cost[k]
 
@@ -110,14 +103,6 @@ def test_host_stalls_do_not_move_the_choice(seed: int) -> None:
     policy = GoodputPolicy(PolicySettings(k_max=7))
     ks = simulate(policy, rates, cost, steps=1500, seed=seed, stall_rate=0.125)
     assert share_of_best(rates, cost, ks[-500:]) >= 0.97, policy.summary()
-
-
-def test_a_stalled_step_does_not_move_the_cost() -> None:
-    cost = StepCost(PolicySettings(k_max=3))
-    for _ in range(4):
-        cost.observe(8, 2, 0.010)
-    cost.observe(8, 2, 0.019)  # a stall: under the idle-gap cut, so it is kept
-    assert _cost_at(cost, 2) == pytest.approx(0.010)
 
 
 def test_does_not_flap_between_near_equal_choices() -> None:
@@ -162,18 +147,6 @@ def test_follows_a_change_of_traffic() -> None:
         assert share_of_best(rates, cost, ks[-200:]) >= 0.97, policy.summary()
 
 
-def test_stale_costs_are_measured_again() -> None:
-    settings = PolicySettings(k_max=3, stale_after_steps=100, explore_interval=16)
-    cost = StepCost(settings)
-    cost.now = 0
-    for _ in range(5):
-        cost.observe(8, 2, 0.01)
-    assert not cost.needs_sample(8, 2)
-    cost.now = 500
-    assert cost.needs_sample(8, 2)
-    assert cost.needs_sample(8, 1)  # never measured
-
-
 CHAT = [0.84, 0.60, 0.39, 0.27, 0.18, 0.12, 0.08]
 PROFILES = {"code": CODE, "chat": CHAT, "prose": PROSE}
 #: E4B on the H200 (vLLM 0.33, TRITON_ATTN): the step time (ms) of k = 0..7 at 1, 8, 32 and
@@ -200,12 +173,20 @@ E4B_C128_EARLY_MS = {3: 16.89, 4: 18.21, 5: 18.03, 7: 21.46}
 @pytest.mark.parametrize("profile, batch", sorted(E4B_STEP_MS))
 def test_settles_near_the_best_k_on_measured_step_costs(profile: str, batch: int) -> None:
     """Each measured cost curve, with 3% step-time noise and one host stall in twenty:
-    the policy's choices over the last 1000 of 2000 steps reach 0.97x the best k."""
+    the policy's choices over the last 1000 of 2000 steps reach 0.97x the best k on
+    average over three draws, and 0.96x in each (where the two best k are within 3%,
+    a few percent of error in their costs can hold the second)."""
     rates = PROFILES[profile]
     cost = {k: ms / 1000 for k, ms in enumerate(E4B_STEP_MS[profile, batch])}
-    policy = GoodputPolicy(PolicySettings(k_max=7))
-    ks = simulate(policy, rates, cost, steps=2000, batch=batch, stall_rate=0.05, noise=0.03)
-    assert share_of_best(rates, cost, ks[-1000:]) >= 0.97, policy.summary()
+    shares = []
+    for seed in range(3):
+        policy = GoodputPolicy(PolicySettings(k_max=7))
+        ks = simulate(
+            policy, rates, cost, steps=2000, batch=batch, stall_rate=0.05, noise=0.03, seed=seed
+        )
+        shares.append(share_of_best(rates, cost, ks[-1000:]))
+        assert shares[-1] >= 0.96, policy.summary()
+    assert sum(shares) / len(shares) >= 0.97, shares
 
 
 def test_a_cost_measured_too_high_early_is_measured_again() -> None:
@@ -222,28 +203,6 @@ def test_a_cost_measured_too_high_early_is_measured_again() -> None:
     assert share_of_best(CHAT, cost, ks[-500:]) >= 0.97, policy.summary()
 
 
-def test_stale_samples_leave_the_cost_once_measured_again() -> None:
-    settings = PolicySettings(k_max=3, stale_after_steps=100)
-    cost = StepCost(settings)
-    for _ in range(9):
-        cost.observe(8, 2, 0.020)
-    cost.now = 500
-    cost.observe(8, 2, 0.010)  # one fresh sample outweighs nine stale ones
-    assert _cost_at(cost, 2) == pytest.approx(0.010)
-
-
-def test_cost_extrapolates_from_measured_k_and_ignores_idle_gaps() -> None:
-    cost = StepCost(PolicySettings(k_max=7))
-    assert cost.curve(8) is None
-    cost.observe(8, 1, 0.010)
-    assert _cost_at(cost, 5) > 0.010  # one point: the prior slope
-    cost.observe(8, 3, 0.014)
-    assert abs(_cost_at(cost, 5) - 0.018) < 1e-9  # two points: their line
-    cost.observe(8, 3, 10.0)  # an idle gap, not a step
-    assert _cost_at(cost, 3) == pytest.approx(0.014)
-    assert bucket(5) == bucket(8) == 8 and bucket(9) == 16 and bucket(1) == 1
-
-
 def test_acceptance_is_non_increasing_and_extrapolated() -> None:
     est = AcceptanceEstimate(PolicySettings(k_max=4, prior_weight=0.0))
     for _ in range(100):
@@ -255,13 +214,80 @@ def test_acceptance_is_non_increasing_and_extrapolated() -> None:
     assert all(x >= y for x, y in zip(a, a[1:], strict=False))
 
 
-def test_summary_reports_the_step_costs_it_chose_by() -> None:
-    policy = GoodputPolicy(PolicySettings(k_max=3))
-    policy.observe_step(5, 2, 0.0071)
-    policy.observe_step(100, 0, 0.012)
-    assert policy.summary()["step_ms"] == {8: {2: 7.1}, 128: {0: 12.0}}
-
-
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError):
         PolicySettings(k_max=0)
+
+
+#: E4B prose at c=256 on the H200, where the host sets the pace: pinned k = 0..3 measured
+#: 10.1, 14.0, 19.1 and 22.0 ms a step (k = 1 is best), deeper k extrapolated
+PROSE_C256_MS = [10.1, 14.0, 19.1, 22.0, 25.0, 28.0, 31.0, 34.0]
+
+
+def closed_batch_runs(
+    policy: GoodputPolicy, cost: dict[int, float], rates: list[float], runs: int, seed: int
+) -> list[int]:
+    """What a benchmark's closed batches look like to the policy: each run goes idle at
+    its end, and the next one meets a host anywhere from 1x to 2x as slow (a shared
+    machine); a run holds 256 requests for 60 steps, then drains to 128 in 15. The first
+    step after a change of k verifies the old k's drafts, so it is not timed."""
+    rng = random.Random(seed)
+    ks: list[int] = []
+    last = None
+    for _ in range(runs):
+        host = rng.uniform(1.0, 2.0)
+        policy.observe_idle()
+        for step in range(75):
+            batch = 256 if step < 60 else 256 - (step - 59) * 128 // 15
+            k = policy.choose(batch)
+            ks.append(k)
+            share = 0.3 + 0.7 * batch / 256  # the host's work grows with the batch
+            if k == last:
+                seconds = cost[k] * host * share * max(0.5, rng.gauss(1.0, 0.05))
+                policy.observe_step(batch, k, seconds)
+            last = k
+            for _ in range(batch):
+                if k:
+                    policy.observe_verify(k, accepted(rates, k, rng))
+    return ks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_host_that_changes_speed_between_runs_does_not_move_the_choice(seed: int) -> None:
+    """Host speed changing by up to 2x from one run to the next, and batches draining
+    within their bucket, move a step's time more than one more draft does: costs taken
+    at different moments mislead (a policy comparing them reached 0.95x here). Each k
+    is compared with the steps around it, so the choice stays within 3.5% of the best."""
+    cost = {k: ms / 1000 for k, ms in enumerate(PROSE_C256_MS)}
+    assert best_k(PROSE, cost) == 1
+    policy = GoodputPolicy(PolicySettings(k_max=7))
+    ks = closed_batch_runs(policy, cost, PROSE, runs=30, seed=seed)
+    assert share_of_best(PROSE, cost, ks[len(ks) // 2 :]) >= 0.965, policy.summary()
+
+
+def test_a_probe_or_an_exploration_returns_to_the_held_k() -> None:
+    policy = GoodputPolicy(PolicySettings(k_max=4, explore_interval=16, probe_interval=8))
+    cost = linear_cost(10.0, 0.2, k_max=4)
+    ks = simulate(policy, [0.0] * 4, cost, steps=400, batch=4)
+    tail = ks[-200:]
+    assert policy.held == 0
+    assert tail.count(0) >= 0.8 * len(tail), policy.summary()
+    runs = [len(list(g)) for k, g in itertools.groupby(tail) if k]
+    assert max(runs) <= policy.settings.explore_steps, runs  # never stays away
+
+
+def test_a_choice_for_a_smaller_batch_is_not_carried_into_the_full_one() -> None:
+    """A closed batch's tail chooses for fewer requests (deeper k); when the next batch
+    fills, the policy takes the full batch's best k at once, without hysteresis."""
+    policy = GoodputPolicy(PolicySettings(k_max=7))
+    costs = {8: linear_cost(5.0, 0.1), 256: {k: ms / 1000 for k, ms in enumerate(PROSE_C256_MS)}}
+    rng = random.Random(0)
+    for batch in [256] * 600 + [8] * 60 + [256] * 40:
+        k = policy.choose(batch)
+        policy.observe_step(batch, k, costs[batch][k])
+        for _ in range(batch):
+            if k:
+                policy.observe_verify(k, accepted(PROSE, k, rng))
+        if batch == 8:
+            small = k
+    assert small >= 2 and policy.current == 1, policy.summary()

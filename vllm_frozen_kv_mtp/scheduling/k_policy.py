@@ -11,11 +11,12 @@ Pure logic (no vLLM, no torch), driven by the scheduler in
   per-request verify results, exponentially forgotten so it follows the traffic
   (while k = 0, only down to a floor of evidence: no drafts, nothing new to learn).
 * ``cost(b, k)`` is the wall time of one engine step with batch ``b`` and ``k``
-  drafts, learned online from step timings per batch-size bucket: the median of the
-  latest few clean steps, so one host stall (garbage collection, a busy core) does not
-  move it. Only recent steps count: a cost measured early (a host still warming up)
-  must not outlive its re-measurement. Unmeasured k are extrapolated linearly from the
-  measured ones (a prior slope until two are known).
+  drafts, relative to the other k: learned per batch-size bucket from the steps on
+  both sides of each change of k (:mod:`vllm_frozen_kv_mtp.scheduling.step_cost`), so
+  that a host whose speed moves over seconds compares k in the same moment. Medians
+  keep one host stall (garbage collection, a busy core) from moving it, and only
+  recent comparisons count once a fresh one is in. Unmeasured k are extrapolated
+  linearly from the measured ones (a prior slope until two are known).
 
 A frozen-KV drafter owns no KV, so changing k, or skipping drafting (k = 0),
 costs nothing to catch up: the policy is free to move every step. It still holds
@@ -27,10 +28,12 @@ whose cost was once measured too high is otherwise never chosen, so never correc
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
+
+from vllm_frozen_kv_mtp.scheduling.step_cost import StepCost, bucket
+
+__all__ = ["AcceptanceEstimate", "GoodputPolicy", "PolicySettings", "StepCost", "bucket"]
 
 
 @dataclass(frozen=True)
@@ -49,12 +52,21 @@ class PolicySettings:
     prior_acceptance: float = 0.6
     #: weight, in drafts, of that prior
     prior_weight: float = 2.0
-    #: a (bucket, k)'s step cost is the median of this many latest clean steps
+    #: a pair of k's relative cost is the median of this many latest comparisons (and a
+    #: key's reported step time the median of as many latest steps)
     cost_window: int = 9
+    #: steps on each side of a change of k that a comparison takes (medians)
+    edge_samples: int = 5
+    #: steps between the two sides beyond which a comparison is not made: the host may
+    #: have changed meanwhile (a change of k leaves one or two unclean steps)
+    edge_gap_steps: int = 4
+    #: clean steps dropped after k changes: the step loop overlaps a step's host work
+    #: with the next one's, so the first step at a new k still carries some of the old
+    settle_samples: int = 1
     #: relative step cost of one more draft until two k of a bucket are measured
     prior_slope: float = 0.15
     #: switch only when the best k beats the current one by this fraction
-    hysteresis: float = 0.03
+    hysteresis: float = 0.02
     #: steps to hold a new k before it may change again
     min_dwell_steps: int = 4
     #: at k = 0, schedule one round of drafts every this many steps
@@ -62,6 +74,13 @@ class PolicySettings:
     #: every this many steps, hold a k near the best for a few steps if its cost was
     #: never measured or is stale (0 turns exploration off)
     explore_interval: int = 128
+    #: a k is held only once this many fresh comparisons place it (two per try of a
+    #: few steps); with fewer it is tried once more first
+    confirm_comparisons: int = 4
+    #: steps an exploration holds its k: the first is not clean (it verifies the old
+    #: k's drafts) and settle_samples more are dropped; the rest are compared with the
+    #: held k's steps on both sides
+    explore_steps: int = 5
     #: how far from the best k exploration looks; the k whose cost is oldest goes first
     explore_span: int = 2
     #: a cost sample older than this many steps is stale, and left out of the cost once
@@ -72,11 +91,6 @@ class PolicySettings:
     def __post_init__(self) -> None:
         if self.k_max < 1:
             raise ValueError("k_max must be >= 1")
-
-
-def bucket(batch_size: int) -> int:
-    """Batch-size bucket of the cost table: the next power of two."""
-    return 1 << max(0, math.ceil(math.log2(max(1, batch_size))))
 
 
 class AcceptanceEstimate:
@@ -134,82 +148,6 @@ class AcceptanceEstimate:
         return sum(1 for x in self.drafted[1:] if x >= 1.0)
 
 
-class StepCost:
-    """Step wall time per (batch bucket, k): the median of the latest clean steps,
-    linearly extrapolated in k."""
-
-    def __init__(self, settings: PolicySettings) -> None:
-        self.s = settings
-        #: per key: (policy step, seconds) of the latest samples
-        self.recent: dict[tuple[int, int], deque[tuple[int, float]]] = {}
-        self.samples: Counter[tuple[int, int]] = Counter()
-        #: the policy step of each key's latest sample
-        self.last_seen: dict[tuple[int, int], int] = {}
-        #: per bucket: k -> median seconds (kept up to date by observe)
-        self._known: dict[int, dict[int, float]] = {}
-        self.now = 0
-
-    def observe(self, batch_size: int, k: int, seconds: float) -> None:
-        b = bucket(batch_size)
-        key = (b, k)
-        window = self.recent.get(key)
-        if window is not None and seconds > 20 * self._known[b][k]:
-            return  # an idle gap or a stall, not a step
-        if window is None:
-            window = self.recent[key] = deque(maxlen=self.s.cost_window)
-        window.append((self.now, seconds))
-        horizon = self.now - self.s.stale_after_steps
-        fresh = [t for step, t in window if step >= horizon]
-        self._known.setdefault(b, {})[k] = statistics.median(fresh)
-        self.samples[key] += 1
-        self.last_seen[key] = self.now
-
-    @property
-    def seconds(self) -> dict[tuple[int, int], float]:
-        """(bucket, k) -> the current cost estimate of every measured key."""
-        return {(b, k): t for b, ks in self._known.items() for k, t in ks.items()}
-
-    def needs_sample(self, batch_size: int, k: int) -> bool:
-        """Never measured well enough, or measured long ago."""
-        last = self.last_measured(batch_size, k)
-        return last < 0 or self.now - last > self.s.stale_after_steps
-
-    def last_measured(self, batch_size: int, k: int) -> int:
-        """The policy step of the key's latest sample; -1 while it has too few samples to
-        count as measured (so it sorts before every measured key, oldest first)."""
-        key = (bucket(batch_size), k)
-        if self.samples[key] < 3:
-            return -1
-        return self.last_seen.get(key, 0)
-
-    def known(self, batch_size: int) -> dict[int, float]:
-        return self._known.get(bucket(batch_size), {})
-
-    def curve(self, batch_size: int) -> list[float] | None:
-        """Seconds per step for k = 0..k_max at the bucket of ``batch_size``; None if
-        nothing of the bucket is measured yet (then every k costs the same to the
-        policy's eyes)."""
-        known = self.known(batch_size)
-        if not known:
-            return None
-        ks = sorted(known)
-        k_range = range(self.s.k_max + 1)
-        if len(ks) == 1:
-            k0 = ks[0]
-            base = known[k0] / (1 + self.s.prior_slope * k0)
-            line = [base * (1 + self.s.prior_slope * k) for k in k_range]
-        else:
-            # least-squares line through the measured points; never below half the cheapest
-            n = len(ks)
-            mk = sum(ks) / n
-            mt = sum(known[x] for x in ks) / n
-            var = sum((x - mk) ** 2 for x in ks)
-            slope = max(sum((x - mk) * (known[x] - mt) for x in ks) / var, 0.0)
-            floor = min(known.values()) * 0.5
-            line = [max(mt + slope * (k - mk), floor) for k in k_range]
-        return [known.get(k, line[k]) for k in k_range]
-
-
 @dataclass
 class GoodputPolicy:
     """Picks k per step; see the module docstring."""
@@ -221,15 +159,25 @@ class GoodputPolicy:
     steps: int = 0
     chosen: Counter[int] = field(default_factory=Counter)
     switches: int = 0
-    _held: int = 0
+    #: the k the goodput comparison chose last (a probe or an exploration returns to it)
+    held: int = field(init=False)
+    _held_bucket: int = 0
+    #: per k: the policy step it was last tried again before being held
+    _confirmed: dict[int, int] = field(default_factory=dict)
+    #: steps since k last changed
+    _dwell: int = 0
     _explore_left: int = 0
     _explore_k: int = 0
     _probing: bool = False
+    #: k of the latest step sample, and how many in a row had it (to drop settling ones)
+    _sample_k: int = -1
+    _sample_run: int = 0
 
     def __post_init__(self) -> None:
         self.acceptance = AcceptanceEstimate(self.settings)
         self.cost = StepCost(self.settings)
         self.current = self.settings.k_max  # optimistic start: drafts are measured at once
+        self.held = self.current
 
     # ---- what the scheduler feeds in ----------------------------------------
 
@@ -237,7 +185,16 @@ class GoodputPolicy:
         self.acceptance.observe(num_drafts, num_accepted, count)
 
     def observe_step(self, batch_size: int, k: int, seconds: float) -> None:
-        self.cost.observe(batch_size, k, seconds)
+        """A clean step's wall time (every request verified k drafts and drafted k)."""
+        self._sample_run = self._sample_run + 1 if k == self._sample_k else 1
+        self._sample_k = k
+        if self._sample_run > self.settings.settle_samples:
+            self.cost.observe(batch_size, k, seconds)
+
+    def observe_idle(self) -> None:
+        """The engine ran out of requests: the next steps start a new comparison."""
+        self.cost.break_run()
+        self._sample_k = -1
 
     # ---- the decision ---------------------------------------------------------
 
@@ -260,42 +217,61 @@ class GoodputPolicy:
         self.steps += 1
         self.cost.now = self.steps
         self.acceptance.decay(drafting=self.current > 0)
-        k = self._decide(batch_size)
+        k, chosen = self._decide(batch_size)
+        if chosen:
+            self.held, self._held_bucket = k, bucket(batch_size)
         if k != self.current:
             self.switches += 1
-            self._held = 0
-        self._held += 1
+            self._dwell = 0
+        self._dwell += 1
         self.current = k
         self.chosen[k] += 1
         return k
 
-    def _decide(self, batch_size: int) -> int:
+    def _decide(self, batch_size: int) -> tuple[int, bool]:
+        """This step's k, and whether the goodput comparison chose it (False: a probe or
+        an exploration, after which the policy returns to the k it holds)."""
         s = self.settings
         if self._explore_left > 0:
             self._explore_left -= 1
-            return self._explore_k
+            return self._explore_k, False
         if self._probing:  # one round of drafts was enough to see acceptance again
             self._probing = False
-            return 0
-        if self.current == 0 and self.steps % s.probe_interval == 0:
+            return 0, True
+        exploring = bool(s.explore_interval) and self.steps % s.explore_interval == 0
+        if self.current == 0 and self.steps % s.probe_interval == 0 and not exploring:
             self._probing = True
-            return max(1, min(s.k_max, self._probe_k()))
-        if self._held < s.min_dwell_steps:
-            return self.current
+            return max(1, min(s.k_max, self._probe_k())), False
+        # hysteresis and dwell only for a choice made for this batch bucket: the tail of
+        # a batch, or a prefill ramp, chooses for smaller batches and must not carry its
+        # k into the full batch
+        same_bucket = self._held_bucket in (0, bucket(batch_size))  # 0: the first steps
+        if self._dwell < s.min_dwell_steps and same_bucket:
+            return self.current, self.current == self.held
         scores = self.goodputs(batch_size)
         best = max(range(len(scores)), key=lambda k: (scores[k], -k))
-        if s.explore_interval and self.steps % s.explore_interval == 0 and best > 0:
+        if exploring:
             neighbour = self._neighbour_to_measure(batch_size, best)
             if neighbour is not None:
-                # the first step after a switch is mixed (verifies the old k): hold the
-                # neighbour long enough for clean samples
-                self._explore_k, self._explore_left = neighbour, s.min_dwell_steps - 1
-                return neighbour
-        if best == self.current:
-            return best
-        if scores[best] > (1 + s.hysteresis) * scores[self.current]:
-            return best
-        return self.current
+                self._explore_k, self._explore_left = neighbour, s.explore_steps - 1
+                return neighbour, False
+        margin = 1 + s.hysteresis if same_bucket else 1.0
+        if best != self.held and scores[best] > margin * scores[self.held]:
+            if self._needs_confirming(batch_size, best):
+                # one try of a few steps may have met a stall: try it once more first
+                self._confirmed[best] = self.steps
+                self._explore_k, self._explore_left = best, s.explore_steps - 1
+                return best, False
+            return best, True
+        return self.held, True
+
+    def _needs_confirming(self, batch_size: int, k: int) -> bool:
+        """A k about to be held whose cost rests on one try (two comparisons), not
+        confirmed lately."""
+        s = self.settings
+        if self.cost.comparisons(batch_size, k) >= s.confirm_comparisons:
+            return False
+        return self.steps - self._confirmed.get(k, -s.explore_interval) >= s.explore_interval
 
     def _probe_k(self) -> int:
         """At k = 0: draft deep enough to see the positions that could pay off."""
@@ -316,11 +292,16 @@ class GoodputPolicy:
         return min(near, key=lambda k: self.cost.last_measured(batch_size, k))
 
     def summary(self) -> dict[str, object]:
-        """What the engine log reports: k chosen per step, acceptance, switches, and the
-        step costs the choice rests on (ms per batch bucket and measured k)."""
+        """What the engine log reports: k chosen per step, acceptance, switches, the step
+        times seen (ms per batch bucket and k) and the relative costs the choice rests
+        on (per batch bucket: k -> cost, the cheapest compared k 1)."""
         step_ms: dict[int, dict[int, float]] = {}
         for (b, k), seconds in sorted(self.cost.seconds.items()):
             step_ms.setdefault(b, {})[k] = round(1000 * seconds, 2)
+        relative = {
+            b: {k: round(c, 3) for k, c in rel.items()}
+            for b, rel in sorted(self.cost._relative.items())
+        }
         return {
             "steps": self.steps,
             "k_counts": dict(sorted(self.chosen.items())),
@@ -328,4 +309,5 @@ class GoodputPolicy:
             "switches": self.switches,
             "acceptance_per_position": [round(a, 3) for a in self.acceptance.rates()],
             "step_ms": step_ms,
+            "relative_cost": relative,
         }

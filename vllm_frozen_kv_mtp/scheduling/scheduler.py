@@ -102,8 +102,12 @@ class _GoodputK:
             scheduler_output, model_runner_output
         )
         self._fold_verified()
-        # Time only back-to-back steps: an engine with nothing to run waits.
-        self._last_step_end = now if self.get_num_unfinished_requests() else None  # type: ignore[attr-defined]
+        # Time only back-to-back steps: an engine with nothing to run waits, and the
+        # steps after the wait do not compare with those before it.
+        busy = bool(self.get_num_unfinished_requests())  # type: ignore[attr-defined]
+        self._last_step_end = now if busy else None
+        if not busy:
+            self.k_policy.observe_idle()
         if now - self._last_log >= LOG_INTERVAL_S:
             self._last_log = now
             self.log_k_choice()
@@ -131,13 +135,15 @@ class _GoodputK:
         s = self.k_policy.summary()
         logger.info(
             "frozen_kv_mtp auto k: steps=%d k_counts=%s current_k=%d switches=%d "
-            "acceptance_per_position=%s step_ms_by_batch_bucket_and_k=%s",
+            "acceptance_per_position=%s step_ms_by_batch_bucket_and_k=%s "
+            "relative_step_cost_by_batch_bucket_and_k=%s",
             s["steps"],
             s["k_counts"],
             s["current_k"],
             s["switches"],
             s["acceptance_per_position"],
             s["step_ms"],
+            s["relative_cost"],
         )
 
     def shutdown(self) -> None:

@@ -1,0 +1,133 @@
+"""Relative step cost of k from the steps on both sides of each change of k (pure logic)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vllm_frozen_kv_mtp.scheduling.k_policy import PolicySettings
+from vllm_frozen_kv_mtp.scheduling.step_cost import StepCost, bucket
+
+
+def _run(cost: StepCost, k: int, seconds: list[float], batch: int = 8) -> None:
+    """Clean steps at k, one policy step apart."""
+    for t in seconds:
+        cost.now += 1
+        cost.observe(batch, k, t)
+
+
+def _curve(cost: StepCost, batch: int = 8) -> list[float]:
+    curve = cost.curve(batch)
+    assert curve is not None
+    return curve
+
+
+def test_a_change_of_k_compares_the_steps_on_both_sides() -> None:
+    cost = StepCost(PolicySettings(k_max=3))
+    _run(cost, 1, [0.010] * 5)
+    _run(cost, 3, [0.015] * 3)
+    assert not cost.edges  # a try shorter than edge_samples compares when it ends
+    _run(cost, 1, [0.010])
+    assert cost.relative(8) == {1: 1.0, 3: pytest.approx(1.5)}
+    _run(cost, 1, [0.010] * 4)  # back at 1 for edge_samples steps: the second comparison
+    assert cost.comparisons(8, 3) == cost.comparisons(8, 1) == 2
+
+
+def test_a_host_twice_as_slow_later_does_not_move_the_relative_cost() -> None:
+    """The same k pair compared on a fast host and on a host twice as slow: absolute
+    step times would say k = 3 costs 3x k = 1; compared moment by moment it is 1.5x."""
+    cost = StepCost(PolicySettings(k_max=3))
+    _run(cost, 1, [0.010] * 5)
+    _run(cost, 3, [0.015] * 3)
+    _run(cost, 1, [0.020] * 5)  # the host slowed down meanwhile: this edge drifts
+    _run(cost, 3, [0.030] * 3)
+    _run(cost, 1, [0.020] * 5)
+    assert cost.relative(8)[3] == pytest.approx(1.5)
+
+
+def test_a_try_between_two_held_stretches_cancels_a_steady_drift() -> None:
+    """Step times falling 2% a step (a batch draining within its bucket): the edge into
+    the tried k reads it too cheap, the edge out of it too dear, and their median
+    (two values: their mean, in logs) is within a percent of the truth."""
+    cost = StepCost(PolicySettings(k_max=3))
+    step = 0
+
+    def at(k: int, n: int) -> list[float]:
+        nonlocal step
+        out = [(0.015 if k == 3 else 0.010) * 0.98**i for i in range(step, step + n)]
+        step += n + 2  # the unclean step after a change, and the one dropped to settle
+        return out
+
+    _run(cost, 1, at(1, 5))
+    _run(cost, 3, at(3, 3))
+    _run(cost, 1, at(1, 5))
+    assert cost.relative(8)[3] == pytest.approx(1.5, rel=0.01)
+
+
+def test_a_stall_does_not_move_a_comparison() -> None:
+    cost = StepCost(PolicySettings(k_max=3))
+    _run(cost, 2, [0.010, 0.010, 0.019, 0.010, 0.010])  # a stall, under the idle-gap cut
+    _run(cost, 3, [0.012, 0.012, 0.012])
+    _run(cost, 3, [10.0])  # an idle gap, not a step: left out altogether
+    assert cost.samples[bucket(8), 3] == 3
+    _run(cost, 2, [0.010])
+    assert cost.relative(8)[3] == pytest.approx(1.2)
+
+
+def test_no_comparison_across_an_idle_engine_another_bucket_or_a_gap() -> None:
+    cost = StepCost(PolicySettings(k_max=3))
+    _run(cost, 1, [0.010] * 5)
+    cost.break_run()  # the engine ran out of requests
+    _run(cost, 3, [0.030] * 3)
+    _run(cost, 2, [0.020] * 3, batch=100)  # another bucket
+    cost.now += 50  # prefill steps, or a tail in other buckets
+    _run(cost, 1, [0.010] * 3, batch=100)
+    assert not cost.edges
+    assert cost.relative(8) == {} and cost.known(8) == {3: 1.0}
+
+
+def test_k_compared_only_with_a_neighbour_are_placed_on_one_curve() -> None:
+    cost = StepCost(PolicySettings(k_max=5))
+    _run(cost, 1, [0.010] * 5)
+    _run(cost, 3, [0.013] * 5)
+    _run(cost, 5, [0.0169] * 5)  # 5 is only ever compared with 3
+    rel = cost.relative(8)
+    assert rel[3] == pytest.approx(1.3) and rel[5] == pytest.approx(1.69)
+
+
+def test_the_fit_weighs_every_pair() -> None:
+    """Three k, three pairs that disagree a little: least squares splits the difference."""
+    cost = StepCost(PolicySettings(k_max=3))
+    _run(cost, 1, [0.010] * 5)
+    _run(cost, 2, [0.011] * 5)
+    _run(cost, 3, [0.012] * 5)
+    _run(cost, 1, [0.010] * 5)  # 3 -> 1 reads 1.2: consistent with the chain
+    rel = cost.relative(8)
+    assert rel[2] == pytest.approx(1.1, rel=1e-3) and rel[3] == pytest.approx(1.2, rel=1e-3)
+    assert math.isclose(min(rel.values()), 1.0)
+
+
+def test_stale_comparisons_leave_a_pair_once_it_is_compared_again() -> None:
+    settings = PolicySettings(k_max=3, stale_after_steps=100)
+    cost = StepCost(settings)
+    for _ in range(3):
+        _run(cost, 1, [0.010] * 5)
+        _run(cost, 2, [0.020] * 5)
+    assert cost.relative(8)[2] == pytest.approx(2.0)
+    assert not cost.needs_sample(8, 2)
+    cost.now += 500
+    assert cost.needs_sample(8, 2) and cost.needs_sample(8, 3)  # stale; never compared
+    _run(cost, 1, [0.010] * 5)
+    _run(cost, 2, [0.012] * 5)  # one fresh comparison outweighs the stale ones
+    assert cost.relative(8)[2] == pytest.approx(1.2)
+
+
+def test_the_curve_extrapolates_from_compared_k() -> None:
+    cost = StepCost(PolicySettings(k_max=7))
+    assert cost.curve(8) is None
+    _run(cost, 1, [0.010] * 3)
+    assert _curve(cost)[5] > _curve(cost)[1]  # one k ran: the prior slope
+    _run(cost, 3, [0.014] * 5)
+    assert _curve(cost)[5] == pytest.approx(1.8)  # two compared: their line
+    assert bucket(5) == bucket(8) == 8 and bucket(9) == 16 and bucket(1) == 1
