@@ -158,6 +158,7 @@ class Engine:
             **kw,
         )
         self.load_s = time.time() - t0
+        self.started = time.perf_counter()
         self.core = self.llm.llm_engine.engine_core.engine_core
         self.scheduler = self.core.scheduler
         self.steps = 0
@@ -471,6 +472,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         host_s: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
         #: per cell over its timed runs: ns on a core per thread (bench/thread_cpu.py)
         threads: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
+        #: per cell: when each timed run started, seconds after the engine was ready
+        starts: dict[Any, list[float]] = {cell: [] for cell in cells}
         for cell in interleaved(cells, repeats_at(c, args.repeats, args.min_tokens, args.tokens)):
             apply(cell)
             policy = getattr(eng.scheduler, "k_policy", None)
@@ -482,6 +485,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             gc0 = eng.gc_pauses.snapshot()
             h0 = eng.host_phases.snapshot()
             t0 = thread_cpu.snapshot()
+            starts[cell].append(round(time.perf_counter() - eng.started, 2))
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
             threads[cell] += thread_cpu.delta(t0)
             gc_ms, gc_full = gc_since(eng.gc_pauses, gc0)
@@ -540,6 +544,9 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "load_s": round(eng.load_s, 1),
                 "decode_timing": "step_outputs",
                 "decode_s_samples": [round(x[1], 4) for x in samples[cell]],
+                # when each of them started: a host that slows for a while slows every row
+                # run then, which sets rows' runs side by side in time
+                "run_started_s": starts[cell],
                 # host time in the garbage collector over the timed runs, per engine step
                 "gc_ms_per_step": round(pauses[cell][0] / max(pauses[cell][2], 1), 4),
                 "gc_full_collections": int(pauses[cell][1]),

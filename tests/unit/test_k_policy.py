@@ -229,11 +229,13 @@ def closed_batch_runs(
 ) -> list[int]:
     """What a benchmark's closed batches look like to the policy: each run goes idle at
     its end, and the next one meets a host anywhere from 1x to 2x as slow (a shared
-    machine); a run holds 256 requests for 60 steps, then drains to 128 in 15. The first
-    step after a change of k verifies the old k's drafts, so it is not timed."""
+    machine); a run holds 256 requests for 60 steps, then drains to 128 in 15. One step
+    in twenty stalls (1.3-2x). The first step after a change of k verifies the old k's
+    drafts, so it is not timed, and the next one still carries half the old k's cost
+    (the step loop overlaps one step's host work with the next)."""
     rng = random.Random(seed)
     ks: list[int] = []
-    last = None
+    last, older = -1, -1
     for _ in range(runs):
         host = rng.uniform(1.0, 2.0)
         policy.observe_idle()
@@ -242,10 +244,11 @@ def closed_batch_runs(
             k = policy.choose(batch)
             ks.append(k)
             share = 0.3 + 0.7 * batch / 256  # the host's work grows with the batch
+            stall = rng.uniform(1.3, 2.0) if rng.random() < 0.05 else 1.0
             if k == last:
-                seconds = cost[k] * host * share * max(0.5, rng.gauss(1.0, 0.05))
-                policy.observe_step(batch, k, seconds)
-            last = k
+                base = cost[k] if older in (k, -1) else (cost[k] + cost[older]) / 2
+                policy.observe_step(batch, k, base * host * share * stall)
+            older, last = last, k
             for _ in range(batch):
                 if k:
                     policy.observe_verify(k, accepted(rates, k, rng))
@@ -255,14 +258,14 @@ def closed_batch_runs(
 @pytest.mark.parametrize("seed", range(6))
 def test_a_host_that_changes_speed_between_runs_does_not_move_the_choice(seed: int) -> None:
     """Host speed changing by up to 2x from one run to the next, and batches draining
-    within their bucket, move a step's time more than one more draft does: costs taken
-    at different moments mislead (a policy comparing them reached 0.95x here). Each k
-    is compared with the steps around it, so the choice stays within 3.5% of the best."""
+    within their bucket, move a step's time more than one more draft does, so costs
+    taken at different moments mislead. Each k is compared with the steps around it, at
+    a steady batch, so the choice stays within 3% of the best."""
     cost = {k: ms / 1000 for k, ms in enumerate(PROSE_C256_MS)}
     assert best_k(PROSE, cost) == 1
     policy = GoodputPolicy(PolicySettings(k_max=7))
-    ks = closed_batch_runs(policy, cost, PROSE, runs=30, seed=seed)
-    assert share_of_best(PROSE, cost, ks[len(ks) // 2 :]) >= 0.965, policy.summary()
+    ks = closed_batch_runs(policy, cost, PROSE, runs=40, seed=seed)
+    assert share_of_best(PROSE, cost, ks[len(ks) // 2 :]) >= 0.97, policy.summary()
 
 
 def test_a_probe_or_an_exploration_returns_to_the_held_k() -> None:

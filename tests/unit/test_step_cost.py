@@ -131,3 +131,16 @@ def test_the_curve_extrapolates_from_compared_k() -> None:
     _run(cost, 3, [0.014] * 5)
     assert _curve(cost)[5] == pytest.approx(1.8)  # two compared: their line
     assert bucket(5) == bucket(8) == 8 and bucket(9) == 16 and bucket(1) == 1
+
+
+def test_a_draining_batch_makes_no_comparison() -> None:
+    """Requests finishing one by one shrink the step with the batch, whatever k does:
+    steps compare only while the batch holds within edge_batch_tolerance."""
+    cost = StepCost(PolicySettings(k_max=3))
+    _run(cost, 1, [0.010] * 5, batch=128)
+    for batch in (120, 108, 96):  # k changed while the batch drained
+        _run(cost, 3, [0.012], batch=batch)
+    _run(cost, 1, [0.008] * 5, batch=90)
+    assert not cost.edges
+    _run(cost, 3, [0.012] * 5, batch=88)  # steady again (within 5%): compared
+    assert cost.relative(90)[3] == pytest.approx(1.5)

@@ -53,6 +53,8 @@ class StepCost:
         self._run_key: Key | None = None
         self._run: list[float] = []
         self._run_start = self._run_step = -1
+        #: the batch size the current run started at, and the previous run's last
+        self._run_batch = self._prev_batch = 0
         self._prev_key: Key | None = None
         self._prev_tail: list[float] = []
         self._prev_step = -1
@@ -76,10 +78,15 @@ class StepCost:
         self.samples[key] += 1
 
         m = self.s.edge_samples
+        if key == self._run_key and not self._same_batch(batch_size, self._run_batch):
+            self.break_run()  # a draining batch: its step time moves with it, not with k
         if key != self._run_key:
             self._close_run()
             self._run_key, self._run, self._run_start = key, [], self.now
-            self._edge_due = self._prev_key is not None
+            self._run_batch = batch_size
+            self._edge_due = self._prev_key is not None and self._same_batch(
+                batch_size, self._prev_batch
+            )
         self._run.append(seconds)
         self._run_step = self.now
         if self._edge_due and len(self._run) == m:
@@ -101,6 +108,12 @@ class StepCost:
         self._prev_key = self._run_key
         self._prev_tail = self._run[-self.s.edge_samples :]
         self._prev_step = self._run_step
+        self._prev_batch = self._run_batch
+
+    def _same_batch(self, a: int, b: int) -> bool:
+        """Batch sizes close enough that their steps compare (a steady server's batch
+        moves by a request or two)."""
+        return abs(a - b) <= self.s.edge_batch_tolerance * max(a, b)
 
     def _add_edge(self) -> None:
         self._edge_due = False
