@@ -22,8 +22,9 @@ A frozen-KV drafter owns no KV, so changing k, or skipping drafting (k = 0),
 costs nothing to catch up: the policy is free to move every step. It still holds
 a choice for a few steps (hysteresis) so that step timings are clean and k does
 not flap, and while k = 0 it probes now and then so acceptance stays estimated. Now
-and then it holds a k near the best for a few steps to measure its cost again: a k
-whose cost was once measured too high is otherwise never chosen, so never corrected.
+and then it tries a k near the best for a few steps and returns to the k it holds, to
+compare that k's cost again: a k once costed too high is otherwise never chosen, so
+never corrected. A k about to be held on the strength of one try is tried once more.
 """
 
 from __future__ import annotations
@@ -86,9 +87,9 @@ class PolicySettings:
     explore_steps: int = 5
     #: how far from the best k exploration looks; the k whose cost is oldest goes first
     explore_span: int = 2
-    #: a cost sample older than this many steps is stale, and left out of the cost once
-    #: the key is measured again: the step cost moves with the traffic (tokens committed
-    #: per step cost host time too), and early samples can be off (a host warming up)
+    #: a comparison older than this many steps is stale, and left out of its pair once the
+    #: pair is compared again: the cost curve moves with the traffic (tokens committed
+    #: per step cost host time too), and early steps can be off (a host warming up)
     stale_after_steps: int = 256
 
     def __post_init__(self) -> None:
@@ -303,7 +304,7 @@ class GoodputPolicy:
             step_ms.setdefault(b, {})[k] = round(1000 * seconds, 2)
         relative = {
             b: {k: round(c, 3) for k, c in rel.items()}
-            for b, rel in sorted(self.cost._relative.items())
+            for b, rel in sorted(self.cost.relative_by_bucket.items())
         }
         return {
             "steps": self.steps,

@@ -179,6 +179,11 @@ class StepCost:
         log (the choice rests on the relative costs)."""
         return {key: statistics.median(t for _, t in w) for key, w in self.recent.items()}
 
+    @property
+    def relative_by_bucket(self) -> dict[int, dict[int, float]]:
+        """bucket -> (k -> step cost relative to the cheapest compared k), for the log."""
+        return dict(self._relative)
+
     def relative(self, batch_size: int) -> dict[int, float]:
         """k -> step cost relative to the cheapest compared k, at this batch's bucket."""
         return self._relative.get(bucket(batch_size), {})
