@@ -98,3 +98,41 @@ def test_reset_k_policy_starts_fresh_or_takes_a_kept_policy() -> None:
     _GoodputK.reset_k_policy(s, fresh)  # type: ignore[arg-type]
     assert s.k_policy is fresh and s.dynamic_sd_lookup.policy is fresh
     assert fresh.steps == 1  # what it learnt is kept
+
+
+def test_an_idle_engine_breaks_the_policy_s_comparisons() -> None:
+    """When the last request finishes the engine waits; the steps after the wait must not
+    be compared with those before it (the host may have changed meanwhile)."""
+
+    class Parent:
+        unfinished = 1
+
+        def update_from_output(self, so: Any, out: Any) -> str:
+            return "vllm's outputs"
+
+        def get_num_unfinished_requests(self) -> int:
+            return self.unfinished
+
+    class Sched(_GoodputK, Parent):
+        def __init__(self) -> None:  # skip vLLM's constructor: only the hook is tested
+            self.k_policy = GoodputPolicy(PolicySettings(k_max=4, settle_samples=0))
+            self._verified = Counter()
+            self._last_step_end = None
+            self._last_log = float("inf")
+
+    def steps(k: int, n: int) -> None:
+        for _ in range(n):
+            assert s.update_from_output(_output(8, verified=k, k=k), None) == "vllm's outputs"
+
+    s = Sched()
+    steps(2, 6)
+    steps(3, 6)  # back to back: k=3 is compared with k=2
+    assert s.k_policy.cost.comparisons(8, 3) == 1
+    s = Sched()
+    steps(2, 6)
+    s.unfinished = 0  # the last request finished: the engine waits
+    steps(2, 1)
+    assert s._last_step_end is None
+    s.unfinished = 1
+    steps(3, 6)
+    assert s.k_policy.cost.comparisons(8, 3) == 0
