@@ -144,3 +144,10 @@ def test_a_draining_batch_makes_no_comparison() -> None:
     assert not cost.edges
     _run(cost, 3, [0.012] * 5, batch=88)  # steady again (within 5%): compared
     assert cost.relative(90)[3] == pytest.approx(1.5)
+
+
+def test_a_small_batch_compares_across_a_request_or_two() -> None:
+    cost = StepCost(PolicySettings(k_max=3))
+    _run(cost, 1, [0.010] * 5, batch=8)
+    _run(cost, 3, [0.012] * 5, batch=6)  # two requests fewer: still the same batch
+    assert cost.relative(8)[3] == pytest.approx(1.2)

@@ -111,9 +111,10 @@ class StepCost:
         self._prev_batch = self._run_batch
 
     def _same_batch(self, a: int, b: int) -> bool:
-        """Batch sizes close enough that their steps compare (a steady server's batch
-        moves by a request or two)."""
-        return abs(a - b) <= self.s.edge_batch_tolerance * max(a, b)
+        """Batch sizes close enough that their steps compare: within the tolerance, or
+        two requests (a small batch's step barely moves with one request more or less,
+        and a steady server's batch moves by a request or two)."""
+        return abs(a - b) <= max(2.0, self.s.edge_batch_tolerance * max(a, b))
 
     def _add_edge(self) -> None:
         self._edge_due = False
