@@ -892,10 +892,10 @@ def pin_max(pins: list[int | str]) -> int:
 
 
 def cost_samples(policy: Any) -> dict[int, dict[int, list[list[float]]]]:
-    """The step-time samples in an ``auto`` row's cost windows, per batch bucket and k,
-    as [policy step, ms]. The table's median leaves out samples older than
-    ``stale_after_steps``; their step shows which. A cost that looks wrong shows whether
-    one sample or all of them carry it, and when in the run they were taken."""
+    """The latest step-time samples of an ``auto`` row, per batch bucket and k, as
+    [policy step, ms]: what the log's step times are medians of. The choice rests on the
+    relative costs (``k_policy["relative_cost"]``), compared around each change of k; the
+    samples show the step times behind them and when in the run they were taken."""
     out: dict[int, dict[int, list[list[float]]]] = {}
     for (b, k), window in sorted(policy.cost.recent.items()):
         out.setdefault(b, {})[k] = [[step, round(1000 * t, 2)] for step, t in window]

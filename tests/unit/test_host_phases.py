@@ -105,7 +105,7 @@ def test_cost_samples_list_each_keys_samples_in_ms_with_their_step() -> None:
     from bench.gpu_tokens import cost_samples
     from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings
 
-    policy = GoodputPolicy(PolicySettings(k_max=3))
+    policy = GoodputPolicy(PolicySettings(k_max=3, settle_samples=0))  # every step counts
     for batch, k, seconds in [(200, 1, 0.0135), (256, 1, 0.0221), (256, 3, 0.0196), (8, 3, 0.007)]:
         policy.choose(batch)
         policy.observe_step(batch, k, seconds)
@@ -114,5 +114,5 @@ def test_cost_samples_list_each_keys_samples_in_ms_with_their_step() -> None:
         8: {3: [[4, 7.0]]},
         256: {1: [[1, 13.5], [2, 22.1]], 3: [[3, 19.6]]},
     }
-    # the table's median is made of exactly these samples
+    # the step times the log reports are the medians of exactly these samples
     assert policy.summary()["step_ms"][256][1] == round((13.5 + 22.1) / 2, 2)
