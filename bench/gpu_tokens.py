@@ -465,7 +465,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         steady: dict[Any, list[tuple[int, float]]] = {cell: [] for cell in cells}
         chosen: dict[Any, Counter[int]] = {cell: Counter() for cell in cells}
         modes: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
-        auto_steps: dict[Any, list[dict[str, list[float]]]] = {cell: [] for cell in cells}
+        step_ms_runs: dict[Any, list[dict[str, list[float]]]] = {cell: [] for cell in cells}
         #: per cell over its timed runs: GC ms, full collections, engine steps
         pauses: dict[Any, list[float]] = {cell: [0.0, 0, 0] for cell in cells}
         #: per cell over its timed runs: host seconds in each phase of the step loop
@@ -500,7 +500,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             steady[cell].append(full_batch_rate(eng.step_log, c))
             if policy is not None and cell[2] == "auto":
                 chosen[cell] += Counter(policy.chosen) - chosen0
-            auto_steps[cell].append(step_ms_by_k(eng.step_log, c))
+            step_ms_runs[cell].append(step_ms_by_k(eng.step_log, c))
             modes[cell] += eng.graph_modes
         for cell in cells:
             temperature, profile, setting = cell
@@ -553,7 +553,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 # host ms per step in each phase of the step loop: which one sets the pace
                 "host_ms_per_step": ms_per_step({}, dict(host_s[cell]), int(pauses[cell][2])),
                 # per run: [steps, median ms] of its decode steps by k, full batch or tail
-                "step_ms_by_k": auto_steps[cell],
+                "step_ms_by_k": step_ms_runs[cell],
                 # the main thread's CPU and wait for a core, and the other threads' CPU:
                 # whether a slow host phase waited or ran slower
                 "thread_cpu_ms_per_step": thread_cpu.ms_per_step(
@@ -569,8 +569,8 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 row["k_counts"] = counts
                 total = sum(counts.values())
                 row["mean_k"] = round(sum(k * n for k, n in counts.items()) / total, 2)
-                # why it chose so: its cost table and acceptance after the row's runs, and
-                # what its steps at each k cost in each run
+                # why it chose so: its relative costs and acceptance after the row's runs,
+                # and the step times behind them
                 row["k_policy"] = policies[cell].summary()
                 row["k_policy_cost_samples"] = cost_samples(policies[cell])
             if alternate:
