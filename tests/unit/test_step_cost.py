@@ -123,6 +123,23 @@ def test_stale_comparisons_leave_a_pair_once_it_is_compared_again() -> None:
     assert cost.relative(8)[2] == pytest.approx(1.2)
 
 
+def test_stale_comparisons_do_not_weigh_a_pair_in_the_fit() -> None:
+    """A pair compared often long ago and once lately weighs as much as a pair compared
+    once lately: the fit splits a disagreement by fresh comparisons only."""
+    cost = StepCost(PolicySettings(k_max=3, stale_after_steps=100))
+    for _ in range(3):
+        _run(cost, 1, [0.010] * 5)
+        _run(cost, 2, [0.020] * 5)  # five stale edges of (1, 2)
+    cost.now += 500
+    _run(cost, 1, [0.010] * 5)
+    _run(cost, 2, [0.011] * 5)  # (1, 2) reads 1.1
+    _run(cost, 3, [0.0121] * 5)  # (2, 3) reads 1.1
+    _run(cost, 1, [0.011] * 5)  # (1, 3) reads 1.1, not 1.21
+    # equal weights: log c2 = 2/3 log 1.1 (weighing the stale edges too would give 12/13)
+    assert cost.relative(8)[2] == pytest.approx(1.1 ** (2 / 3), rel=1e-4)
+    assert cost.relative(8)[3] == pytest.approx(1.1 ** (4 / 3), rel=1e-4)
+
+
 def test_the_curve_extrapolates_from_compared_k() -> None:
     cost = StepCost(PolicySettings(k_max=7))
     assert cost.curve(8) is None

@@ -135,17 +135,18 @@ class StepCost:
 
     # ---- the fit -------------------------------------------------------------------
 
-    def _pair_value(self, values: deque[tuple[int, float]]) -> float:
-        """A pair's log ratio: the median of its edges, the stale ones left out once a
-        fresh one is in (the cost curve moves with the traffic)."""
+    def _pair_value(self, values: deque[tuple[int, float]]) -> tuple[float, int]:
+        """A pair's log ratio and its weight in the fit: the median of its edges and
+        their count, the stale ones left out once a fresh one is in (the cost curve
+        moves with the traffic, so old edges neither set nor weigh a pair)."""
         latest = values[-1][0]
         fresh = [d for step, d in values if step >= latest - self.s.stale_after_steps]
-        return statistics.median(fresh)
+        return statistics.median(fresh), len(fresh)
 
     def _fit(self, b: int) -> dict[int, float]:
         """Relative costs of the k connected to the latest edge's k, by least squares
         over the pairs (Gauss-Seidel: a handful of nodes)."""
-        pairs = {p: (self._pair_value(v), len(v)) for p, v in self.edges.get(b, {}).items()}
+        pairs = {p: self._pair_value(v) for p, v in self.edges.get(b, {}).items()}
         key = self._run_key
         start = key[1] if key is not None and key[0] == b else next(iter(pairs))[0]
         nodes, todo = {start}, [start]
