@@ -91,10 +91,11 @@ def _auto_run(variant: str, prompts: list[str], k_max: int) -> tuple[list[Any], 
     with engine(target, spec) as llm:
         got = _staggered(llm, prompts)
         # a second, longer batch: the policy has learnt by now; what it picks here is
-        # where it settled
+        # where it settled. Long enough that its first tries of the k next to the best
+        # in this batch's bucket (a few steps each, once) weigh little.
         policy = engine_core(llm).scheduler.k_policy
         before = Counter(policy.chosen)
-        llm.generate(prompts, _params(60), use_tqdm=False)
+        llm.generate(prompts, _params(360), use_tqdm=False)
         settled = Counter(policy.chosen) - before
         stats = drafter(llm).frozen_stats
     return got, settled, stats

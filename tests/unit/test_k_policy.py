@@ -294,3 +294,73 @@ def test_a_choice_for_a_smaller_batch_is_not_carried_into_the_full_one() -> None
         if batch == 8:
             small = k
     assert small >= 2 and policy.current == 1, policy.summary()
+
+
+def test_a_position_reached_in_few_rounds_leans_on_the_rate_before_it() -> None:
+    """Every round accepted five drafts; two rounds drafted seven, and both had the sixth
+    rejected. Two unlucky rounds halve the sixth position's rate; they do not read it
+    as the prior's 0.6**6 (which held k = 5 where k = 7 paid, one request a step)."""
+    est = AcceptanceEstimate(PolicySettings(k_max=7))
+    est.observe(5, 5, count=100)
+    est.observe(7, 5, count=2)
+    a = est.rates()
+    assert a[4] > 0.95
+    assert 0.4 < a[5] < 0.6 and a[6] == pytest.approx(a[5] * a[5] / a[4], rel=1e-6)
+
+
+@pytest.mark.parametrize("per_step, memory", [(1, 256.0), (128, 128 * 49.0)])
+def test_acceptance_remembers_enough_rounds_at_any_batch(per_step: int, memory: float) -> None:
+    """Forgetting runs per step (0.98: about 50 steps) but never over fewer than
+    ``acceptance_memory_rounds`` rounds: one request a step keeps 256 rounds of
+    evidence, not 50."""
+    est = AcceptanceEstimate(PolicySettings(k_max=3))
+    for _ in range(3000):
+        est.observe(3, 1, count=per_step)
+        est.decay()
+    assert est.drafted[1] == pytest.approx(memory, rel=0.02)
+
+
+def test_a_never_compared_neighbour_is_tried_without_waiting_for_exploration() -> None:
+    policy = GoodputPolicy(PolicySettings(k_max=7))
+    ks = simulate(policy, CODE, linear_cost(5.0, 0.1), steps=60, batch=8)
+    assert len(set(ks)) >= 3, ks  # before the first exploration, at step 128
+    assert policy.cost.comparisons(8, 7) >= 2
+
+
+def test_early_tries_stop_in_a_bucket_whose_batch_never_holds_steady() -> None:
+    """A bucket whose steps never compare k (here: never a clean step, as when its
+    batch keeps moving): the never-compared neighbours are tried
+    ``early_explore_tries`` times, then only at explorations."""
+    settings = PolicySettings(k_max=7, explore_interval=0)
+    policy = GoodputPolicy(settings)
+    rng = random.Random(0)
+    ks = []
+    for _ in range(600):
+        k = policy.choose(100)
+        ks.append(k)
+        for _ in range(100):
+            policy.observe_verify(k, accepted(CODE, k, rng))
+    assert not policy.cost.edges
+    assert (
+        sum(1 for k in ks if k != policy.held)
+        <= settings.early_explore_tries * settings.explore_steps
+    )
+
+
+def test_a_k_is_confirmed_by_a_second_try_from_the_held_k() -> None:
+    """A k that one try found better is tried again from the held k before it is held,
+    so the second try makes comparisons of its own: staying on after the first try
+    only lengthens it (one noisy comparison at one request a step held a worse k)."""
+    settings = PolicySettings(k_max=4, explore_interval=32, stale_after_steps=64)
+    policy = GoodputPolicy(settings)
+    for k, ms in ((2, 10.0), (4, 16.0), (2, 10.0)):  # k = 4 first measured 1.6x k = 2
+        for _ in range(9):
+            policy.cost.now += 1
+            policy.observe_step(8, k, ms)
+    policy.current = policy.held = 2
+    cost = linear_cost(10.0, 0.5, k_max=4)  # the truth: k = 4 costs 1.1x
+    ks = simulate(policy, CODE[:4], cost, steps=400, batch=8)
+    assert policy.held == 4, policy.summary()
+    runs = [len(list(g)) for k, g in itertools.groupby(ks) if k == 4]
+    first_hold = next(i for i, n in enumerate(runs) if n > settings.explore_steps)
+    assert first_hold >= 1, runs  # tried, back at the held k, then tried again and held

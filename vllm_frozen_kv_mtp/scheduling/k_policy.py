@@ -8,14 +8,17 @@ Pure logic (no vLLM, no torch), driven by the scheduler in
 
 * ``a_i`` is the unconditional acceptance of draft position i (the probability that
   a round's i-th draft is accepted), learned online from the engine's own
-  per-request verify results, exponentially forgotten so it follows the traffic
-  (while k = 0, only down to a floor of evidence: no drafts, nothing new to learn).
+  per-request verify results as a product of conditional rates (a position seen in
+  few rounds leans on the rate of the one before it), exponentially forgotten so it
+  follows the traffic, though never over fewer than a few hundred rounds (while
+  k = 0, only down to a floor of evidence: no drafts, nothing new to learn).
 * ``cost(b, k)`` is the wall time of one engine step with batch ``b`` and ``k``
   drafts, relative to the other k: learned per batch-size bucket from the steps on
   both sides of each change of k (:mod:`vllm_frozen_kv_mtp.scheduling.step_cost`), so
   that a host whose speed moves over seconds compares k in the same moment. Medians
   keep one host stall (garbage collection, a busy core) from moving it, and only
-  recent comparisons count once a fresh one is in. Unmeasured k are extrapolated
+  recent comparisons count once a fresh one is in; a pair of k not compared lately
+  only places a k that no fresh pair reaches. Unmeasured k are extrapolated
   linearly from the measured ones (a prior slope until two are known).
 
 A frozen-KV drafter owns no KV, so changing k, or skipping drafting (k = 0),
@@ -24,7 +27,10 @@ a choice for a few steps (hysteresis) so that step timings are clean and k does
 not flap, and while k = 0 it probes now and then so acceptance stays estimated. Now
 and then it tries a k near the best for a few steps and returns to the k it holds, to
 compare that k's cost again: a k once costed too high is otherwise never chosen, so
-never corrected. A k about to be held on the strength of one try is tried once more.
+never corrected. A neighbour of the best k never compared in its batch bucket is
+tried as soon as the held k has steps enough to compare with (a closed batch's full
+stretch lasts a few dozen steps). A k about to be held on the strength of one try is
+tried once more, from the held k.
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ class PolicySettings:
     k_max: int
     #: per-step forgetting of acceptance counts: about 1/(1-decay) steps of memory
     acceptance_decay: float = 0.98
+    #: ... but never faster than forgetting over this many verified rounds: at one
+    #: request a step, 50 steps are 50 rounds, too few to tell a deep position's 0.4
+    #: from its 0.5
+    acceptance_memory_rounds: float = 256.0
     #: while k = 0, forgetting stops at this many drafts of evidence per position: the
     #: last measured acceptance stands (probes refresh it) instead of sliding back to
     #: the optimistic prior and pulling k up with no new evidence
@@ -87,6 +97,10 @@ class PolicySettings:
     explore_steps: int = 5
     #: how far from the best k exploration looks; the k whose cost is oldest goes first
     explore_span: int = 2
+    #: per batch bucket, tries of a never-compared neighbour made before the next
+    #: exploration is due (a bucket whose batch never holds steady, and so never
+    #: compares, stops trying after these)
+    early_explore_tries: int = 8
     #: a comparison older than this many steps is stale, and left out of its pair once the
     #: pair is compared again: the cost curve moves with the traffic (tokens committed
     #: per step cost host time too), and early steps can be off (a host warming up)
@@ -98,19 +112,31 @@ class PolicySettings:
 
 
 class AcceptanceEstimate:
-    """Per-position unconditional acceptance, with exponential forgetting."""
+    """Per-position unconditional acceptance, with exponential forgetting.
+
+    Counted as conditional rates: of the rounds that reached position i (drafted it,
+    and had every earlier draft accepted), the share that accepted it. A position seen
+    in few rounds leans on the rate of the position before it, not on a fixed prior:
+    a rate shrunk towards ``prior**i`` reads a deep draft of code as nearly worthless
+    after a few unlucky rounds at one request a step, and the policy then holds a
+    shallower k than the traffic pays for."""
 
     def __init__(self, settings: PolicySettings) -> None:
         self.s = settings
         k = settings.k_max
         self.drafted = [0.0] * (k + 1)  # index i: rounds that drafted position i
-        self.accepted = [0.0] * (k + 1)
+        self.reached = [0.0] * (k + 1)  # ... and had drafts 1..i-1 accepted
+        self.accepted = [0.0] * (k + 1)  # ... and had draft i accepted too
+        self._rounds = 0  # rounds verified since the last step of forgetting
 
     def observe(self, num_drafts: int, num_accepted: int, count: int = 1) -> None:
         """``count`` requests' verify result: ``num_accepted`` of ``num_drafts`` drafts."""
         n = min(num_drafts, self.s.k_max)
+        self._rounds += count
         for i in range(1, n + 1):
             self.drafted[i] += count
+            if i <= num_accepted + 1:
+                self.reached[i] += count
             if i <= num_accepted:
                 self.accepted[i] += count
 
@@ -119,33 +145,35 @@ class AcceptanceEstimate:
         positions deeper than the current k fall back to extrapolation and can win k
         back; while not (``drafting=False``), down to the evidence floor only."""
         d = self.s.acceptance_decay
+        rounds, self._rounds = self._rounds, 0
         if drafting:
+            if rounds:
+                d = max(d, 1.0 - rounds / self.s.acceptance_memory_rounds)
             self.drafted = [x * d for x in self.drafted]
+            self.reached = [x * d for x in self.reached]
             self.accepted = [x * d for x in self.accepted]
             return
         floor = self.s.min_evidence
         for i, x in enumerate(self.drafted):
             scale = d if x * d >= floor else min(1.0, floor / x) if x > 0 else 1.0
             self.drafted[i] = x * scale
+            self.reached[i] *= scale
             self.accepted[i] *= scale
 
     def rates(self) -> list[float]:
-        """``[a_1, ..., a_kmax]``; a_i is non-increasing in i (a later draft is only
-        accepted if every earlier one was)."""
+        """``[a_1, ..., a_kmax]``, non-increasing in i (a later draft is only accepted
+        if every earlier one was): the product of the conditional rates, each shrunk
+        towards the one before it (``prior_acceptance`` for the first) by
+        ``prior_weight`` rounds; a position not reached lately carries that rate on."""
         s = self.s
         out: list[float] = []
-        prev = 1.0
+        a, rate = 1.0, s.prior_acceptance
         for i in range(1, s.k_max + 1):
-            prior = s.prior_acceptance**i
-            if self.drafted[i] >= 1.0 or i == 1:
-                a = (self.accepted[i] + s.prior_weight * prior) / (self.drafted[i] + s.prior_weight)
-            else:
-                # Never drafted this deep lately: carry the last conditional rate on.
-                ratio = out[-1] / out[-2] if len(out) >= 2 and out[-2] > 0 else s.prior_acceptance
-                a = out[-1] * ratio
-            a = min(a, prev)
+            seen = self.reached[i] + s.prior_weight
+            if seen > 0:
+                rate = min(1.0, (self.accepted[i] + s.prior_weight * rate) / seen)
+            a *= rate
             out.append(a)
-            prev = a
         return out
 
     def observed_positions(self) -> int:
@@ -171,6 +199,8 @@ class GoodputPolicy:
     #: steps since k last changed
     _dwell: int = 0
     _explore_left: int = 0
+    #: per batch bucket: early tries of never-compared neighbours so far
+    _early_tries: Counter[int] = field(default_factory=Counter)
     _explore_k: int = 0
     _probing: bool = False
     #: k of the latest step sample, and how many in a row had it (to drop settling ones)
@@ -254,15 +284,29 @@ class GoodputPolicy:
             return self.current, self.current == self.held
         scores = self.goodputs(batch_size)
         best = max(range(len(scores)), key=lambda k: (scores[k], -k))
-        if exploring:
-            neighbour = self._neighbour_to_measure(batch_size, best)
+        # a neighbour of the best never compared in this bucket is tried as soon as
+        # the held k has steps enough for the "before" side of a comparison, not at
+        # the next exploration: a full batch of a closed run lasts a few dozen steps
+        early = (
+            same_bucket
+            and self._dwell >= s.edge_samples + s.settle_samples + 1
+            and self._early_tries[bucket(batch_size)] < s.early_explore_tries
+        )
+        if exploring or early:
+            neighbour = self._neighbour_to_measure(batch_size, best, never_only=not exploring)
             if neighbour is not None:
+                if not exploring:
+                    self._early_tries[bucket(batch_size)] += 1
                 self._explore_k, self._explore_left = neighbour, s.explore_steps - 1
                 return neighbour, False
         margin = 1 + s.hysteresis if same_bucket else 1.0
         if best != self.held and scores[best] > margin * scores[self.held]:
             if self._needs_confirming(batch_size, best):
-                # one try of a few steps may have met a stall: try it once more first
+                # one try of a few steps may have met a stall or a noisy moment: try it
+                # once more first, from the held k, so that the second try makes its own
+                # comparisons (staying on would only lengthen the first)
+                if self.current != self.held:
+                    return self.held, True
                 self._confirmed[best] = self.steps
                 self._explore_k, self._explore_left = best, s.explore_steps - 1
                 return best, False
@@ -281,15 +325,20 @@ class GoodputPolicy:
         """At k = 0: draft deep enough to see the positions that could pay off."""
         return max(2, self.acceptance.observed_positions())
 
-    def _neighbour_to_measure(self, batch_size: int, best: int) -> int | None:
+    def _neighbour_to_measure(
+        self, batch_size: int, best: int, never_only: bool = False
+    ) -> int | None:
         """The k within ``explore_span`` of the best whose cost is the oldest (never
-        measured first, then the nearest): every stale one gets its turn."""
+        measured first, then the nearest): every stale one gets its turn.
+        ``never_only``: only a k never compared in this bucket."""
         span = self.settings.explore_span
         near = [
             k
             for d in range(1, span + 1)
             for k in (best + d, best - d)
-            if 0 <= k <= self.settings.k_max and self.cost.needs_sample(batch_size, k)
+            if 0 <= k <= self.settings.k_max
+            and self.cost.needs_sample(batch_size, k)
+            and not (never_only and self.cost.last_measured(batch_size, k) >= 0)
         ]
         if not near:
             return None

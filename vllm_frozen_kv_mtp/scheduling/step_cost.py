@@ -145,31 +145,21 @@ class StepCost:
 
     def _fit(self, b: int) -> dict[int, float]:
         """Relative costs of the k connected to the latest edge's k, by least squares
-        over the pairs (Gauss-Seidel: a handful of nodes)."""
-        pairs = {p: self._pair_value(v) for p, v in self.edges.get(b, {}).items()}
+        over the pairs (Gauss-Seidel: a handful of nodes). The pairs compared lately
+        place the k they reach; a pair not compared lately only places a k that no
+        fresh pair reaches. Exploration keeps pairs around the best k fresh but may
+        never compare a stale pair's two k again, and one early misreading would
+        otherwise stand for as long as the engine runs."""
+        edges = self.edges.get(b, {})
+        pairs = {p: self._pair_value(v) for p, v in edges.items()}
+        fresh = {
+            p: pairs[p] for p, v in edges.items() if self.now - v[-1][0] <= self.s.stale_after_steps
+        }
         key = self._run_key
         start = key[1] if key is not None and key[0] == b else next(iter(pairs))[0]
-        nodes, todo = {start}, [start]
-        while todo:
-            n = todo.pop()
-            for i, j in pairs:
-                for a, c in ((i, j), (j, i)):
-                    if a == n and c not in nodes:
-                        nodes.add(c)
-                        todo.append(c)
-        logc = dict.fromkeys(nodes, 0.0)
-        for _ in range(50):
-            for n in nodes:
-                if n == start:
-                    continue
-                num = den = 0.0
-                for (i, j), (d, w) in pairs.items():
-                    if i == n and j in nodes:
-                        num, den = num + w * (logc[j] - d), den + w
-                    elif j == n and i in nodes:
-                        num, den = num + w * (logc[i] + d), den + w
-                if den:
-                    logc[n] = num / den
+        logc = {start: 0.0}
+        placed = _solve(fresh, logc, _reach(start, fresh), fixed={start})
+        logc = _solve(pairs, placed, _reach(start, pairs), fixed=set(placed))
         low = min(logc.values())
         return {k: math.exp(v - low) for k, v in sorted(logc.items())}
 
@@ -242,3 +232,38 @@ class StepCost:
             floor = min(known.values()) * 0.5
             line = [max(mt + slope * (k - mk), floor) for k in k_range]
         return [known.get(k, line[k]) for k in k_range]
+
+
+Pairs = dict[tuple[int, int], tuple[float, int]]
+
+
+def _reach(start: int, pairs: Pairs) -> set[int]:
+    """The k linked to ``start`` through ``pairs``."""
+    nodes, todo = {start}, [start]
+    while todo:
+        n = todo.pop()
+        for i, j in pairs:
+            for a, c in ((i, j), (j, i)):
+                if a == n and c not in nodes:
+                    nodes.add(c)
+                    todo.append(c)
+    return nodes
+
+
+def _solve(
+    pairs: Pairs, logc: dict[int, float], nodes: set[int], fixed: set[int]
+) -> dict[int, float]:
+    """Least-squares log costs of ``nodes`` from the pairs' weighted log ratios, the
+    ``fixed`` ones held where ``logc`` has them (Gauss-Seidel)."""
+    out = dict.fromkeys(nodes, 0.0) | {n: logc[n] for n in fixed}
+    for _ in range(50):
+        for n in nodes - fixed:
+            num = den = 0.0
+            for (i, j), (d, w) in pairs.items():
+                if i == n and j in nodes:
+                    num, den = num + w * (out[j] - d), den + w
+                elif j == n and i in nodes:
+                    num, den = num + w * (out[i] + d), den + w
+            if den:
+                out[n] = num / den
+    return out
