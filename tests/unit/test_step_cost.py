@@ -173,7 +173,8 @@ def test_a_small_batch_compares_across_a_request_or_two() -> None:
 def test_a_pair_not_compared_lately_is_outvoted_by_fresh_pairs() -> None:
     """k = 4 once read 1.6x k = 2; since then 2 -> 3 -> 4 read 1.05x a step each.
     Exploration compares neighbours of the best, so (2, 4) may never be compared again:
-    a stale pair weighs a tenth, and the fresh chain sets the curve."""
+    the stale pair only places a k that no fresh pair reaches, so the fresh chain sets
+    the curve."""
     cost = StepCost(PolicySettings(k_max=4, stale_after_steps=50))
     _run(cost, 2, [0.010] * 5)
     _run(cost, 4, [0.016] * 5)

@@ -279,7 +279,8 @@ class GoodputPolicy:
         # hysteresis and dwell only for a choice made for this batch bucket: the tail of
         # a batch, or a prefill ramp, chooses for smaller batches and must not carry its
         # k into the full batch
-        same_bucket = self._held_bucket in (0, bucket(batch_size))  # 0: the first steps
+        b = bucket(batch_size)
+        same_bucket = self._held_bucket in (0, b)  # 0: the first steps
         if self._dwell < s.min_dwell_steps and same_bucket:
             return self.current, self.current == self.held
         scores = self.goodputs(batch_size)
@@ -290,13 +291,13 @@ class GoodputPolicy:
         early = (
             same_bucket
             and self._dwell >= s.edge_samples + s.settle_samples + 1
-            and self._early_tries[bucket(batch_size)] < s.early_explore_tries
+            and self._early_tries[b] < s.early_explore_tries
         )
         if exploring or early:
             neighbour = self._neighbour_to_measure(batch_size, best, never_only=not exploring)
             if neighbour is not None:
                 if not exploring:
-                    self._early_tries[bucket(batch_size)] += 1
+                    self._early_tries[b] += 1
                 self._explore_k, self._explore_left = neighbour, s.explore_steps - 1
                 return neighbour, False
         margin = 1 + s.hysteresis if same_bucket else 1.0
