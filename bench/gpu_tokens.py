@@ -94,6 +94,10 @@ class Engine:
 
         self.kind = args.engine
         self.vllm_version = vllm.__version__
+        import torch
+
+        # the card: timings are compared only between rows of one device
+        self.device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         conc = [int(c) for c in args.concurrency.split(",")]
         self.max_seqs = max(conc)
         name, _, rest = self.kind.partition(":")
@@ -531,6 +535,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 # pooled over the runs; None where no two full decode steps ran back to back
                 "full_batch_tok_s": round(full_tokens / full_s, 1) if full_s else None,
                 "vllm_version": eng.vllm_version,
+                "device": eng.device,
                 "engine": eng.kind,
                 "pinned": eng.sweep and isinstance(setting, int),
                 "options": eng.options,
@@ -775,14 +780,16 @@ RUN_KINDS = {
 
 
 def by_run_kind(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Rows split by how they were timed and by their ``label`` (one run on one host).
-    Kinds and labels come from different hosts, which differ by more than the settings
+    """Rows split by how they were timed, by their ``label`` (one run on one host) and by
+    their ``device`` (the card). Kinds, labels and cards differ by more than the settings
     compared, so a table never sets them side by side."""
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         kind = RUN_KINDS[bool(r.get("interleaved"))]
         if r.get("label"):
             kind += f", run {r['label']}"
+        if r.get("device"):
+            kind += f", {r['device']}"
         out.setdefault(kind, []).append(r)
     return out
 

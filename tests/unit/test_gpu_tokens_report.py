@@ -204,6 +204,19 @@ def test_runs_on_different_hosts_get_separate_tables() -> None:
     assert all(r["decode_tok_s"] == 1.0 for r in groups[RUN_KINDS[True] + ", run h200-b"])
 
 
+def test_runs_on_different_cards_get_separate_tables() -> None:
+    """One label on two cards (an H100 and an H200 host) is two tables, each naming its card."""
+    h100 = [
+        {**r, "interleaved": True, "label": "x", "device": "NVIDIA H100 80GB HBM3"} for r in ROWS
+    ]
+    h200 = [{**r, "interleaved": True, "label": "x", "device": "NVIDIA H200"} for r in ROWS]
+    groups = by_run_kind(h100 + h200)
+    assert sorted(groups) == [
+        RUN_KINDS[True] + ", run x, NVIDIA H100 80GB HBM3",
+        RUN_KINDS[True] + ", run x, NVIDIA H200",
+    ]
+
+
 def test_synthetic_rates_reach_each_rank_or_say_they_cannot() -> None:
     """``set_profile`` sends the rates to every rank (``collective_rpc``): each rank's
     rejection sampler draws acceptance itself under tensor parallelism."""
