@@ -68,6 +68,31 @@ def test_alternating_schedule_keeps_greedy_output_and_skips_k0_rounds() -> None:
     assert metrics["num_drafts"] > 0
 
 
+@pytest.mark.parametrize("variant", ["fp32-kv2", "fp32-deep"])
+def test_other_shapes_keep_greedy_output_under_a_random_schedule_and_auto(variant: str) -> None:
+    """Shapes the other pairs lack (two KV heads, a three-layer assistant, KV-shared
+    layers with head_dim 32) under a seeded random schedule with k = 0 entries, and
+    under "auto": k moves every few steps and output stays that of no speculation."""
+    import random
+
+    target, assistant = pair(variant)
+    prompts = PROMPTS[:8]
+    rng = random.Random(variant)
+    schedule, lo = [], 1
+    while lo <= 8:
+        hi = min(8, lo + rng.randint(0, 2))
+        schedule.append([lo, hi, rng.randint(0, 6)])
+        lo = hi + 1
+    schedule[rng.randrange(len(schedule))][2] = 0  # at least one k = 0 entry
+    for spec in (
+        {"num_speculative_tokens": 6, "num_speculative_tokens_per_batch_size": schedule},
+        {"num_speculative_tokens": "auto", "max_num_speculative_tokens": 5},
+    ):
+        with engine(target, {"method": METHOD, "model": assistant, **spec}) as llm:
+            got = _staggered(llm, prompts)
+        assert got == _baseline(variant, prompts), (spec, schedule)
+
+
 def test_schedule_without_k_uses_its_largest_entry() -> None:
     target, assistant = pair("fp32-oracle")
     spec = {
