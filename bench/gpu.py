@@ -328,7 +328,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
 def kernel_differences(profiled: list[dict[str, Any]], per_row: int = 8) -> list[str]:
     """Markdown lines: for each profiled method row, the kernels whose time per decode
     step differs most from none's at the same run, model, runner and concurrency. Only
-    rows that kept 40 kernels with launch counts (``gpu_profile.summarize`` since run M)
+    rows that kept 40 kernels with launch counts (what ``gpu_profile.summarize`` keeps now)
     take part: with 15 kept, a kernel missing from one list would read as 0."""
 
     def kernels(r: dict[str, Any]) -> dict[str, tuple[float, float]] | None:
@@ -629,7 +629,7 @@ def main() -> None:
             slim = [
                 {k: r.get(k) for k in FIELDS}
                 | {"run": r.get("run", ""), "k": r.get("k"), "mode": r.get("mode")}
-                # rows typed in from a printed report say so (BENCHMARKS.md, run H)
+                # rows typed in from a printed report say so
                 | ({"source": r["source"]} if r.get("source") else {})
                 for r in rows
             ]

@@ -60,8 +60,8 @@ def attention_call(
     launch shape) or "frozen:S:T:W" (S splits, T-key tiles, W warps); the inputs depend
     only on rows, context and head, so the outputs are comparable. K and V are views of
     one cache laid out as the engine's TRITON_ATTN cache is ([blocks, KV heads, block,
-    2 x head], K then V per token; run H's numbers were taken on separate [blocks,
-    block, KV heads, head] tensors)."""
+    2 x head], K then V per token), not as separate [blocks, block, KV heads, head]
+    tensors)."""
     import torch
 
     dt = torch.bfloat16 if dev == "cuda" else torch.float32  # the interpreter: fp32

@@ -5,7 +5,7 @@ how long it takes, and how long the rest of vLLM's logits path takes over those 
 
     python -m bench.micro.logits_gemm_gpu --hidden 2560 --rows 128,512 --json out.json
 
-Why: kernel profiles of speculative steps (runs I, L31) show GEMMs that only the verify
+Why: kernel profiles of speculative steps show GEMMs that only the verify
 pass runs long (31B c=32: a 1.30 ms ``96x64 ... TNN`` kernel where none's 32-row logits
 GEMM took 0.66 ms). This names the logits GEMM's kernel at each row count so those
 profiles can be read, and times other ways to compute the same logits:

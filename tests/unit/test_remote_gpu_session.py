@@ -116,13 +116,13 @@ def test_e4b_args_runners_and_profiles() -> None:
         TESTS="",
         HEADS="0",
         BENCH_31B="0",
-        RUN="I",
+        RUN="a",
         E4B_RUNNERS="v2 v1",
         E4B_ARGS="--profile-at 32,128",
         PROFILES="frozen_kv_mtp@128",
     )
     assert steps(lines) == ["E4B v2", "E4B v1", "profile", "report"]
-    assert all("--run I --profile-at 32,128" in line for line in lines[:2])
+    assert all("--run a --profile-at 32,128" in line for line in lines[:2])
     assert "--model E4B --method frozen_kv_mtp --concurrency 128" in lines[2]
     lines = dry(E4B="0", TESTS="", HEADS="0", BENCH_31B="0", PROFILES="mtp@32", PROFILE_MODEL="31B")
     assert steps(lines) == ["profile", "report"]
@@ -208,7 +208,7 @@ def test_31b_methods_run_in_the_given_order() -> None:
 
 
 def test_reset_lets_a_second_plan_wait_and_keeps_rows(tmp_path: Path) -> None:
-    # Run I: a 31B plan, then an E4B plan on the same warm machine. The first plan's
+    # A 31B plan, then an E4B plan on the same warm machine. The first plan's
     # DONE made `wait` return at once, and its 31B log was overwritten by "skipped".
     (tmp_path / "DONE").write_text("plan done after 785 s\n")
     (tmp_path / "t0").write_text("0\n")
