@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from tests.conftest import pair
-from tests.utils.engine import engine, spec_metrics
+from tests.utils.engine import drafter, engine, spec_metrics
 
 pytestmark = pytest.mark.engine
 
@@ -279,3 +279,61 @@ def _check_distribution(
         first / drafts,
         want,
     )
+
+
+def test_sampled_drafts_keep_the_target_distribution_while_k_changes() -> None:
+    """Gemma 4's recommended sampling (T=1.0, top_k 64, top_p 0.95) with sampled drafts
+    while k moves between steps: a batch-size schedule with a k = 0 entry, over groups
+    of requests that end at different steps, so every request's rounds run at several
+    k. The oracle target's token t has the exact marginal p1 @ P^(t-1) whatever k each
+    step drafted, and every position is tested against it."""
+    from vllm import SamplingParams
+
+    target, assistant = pair("fp32-oracle")
+    kw = SAMPLED_SETTINGS["gemma_recommended"]
+    P = truncated_probs(oracle_logits(target), SAMPLED_TEMPERATURE, **kw)
+    group, lengths = 16, (3, 4, 5, 6, 7, 8)
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": 3,
+        "draft_sample_method": "probabilistic",
+        # k as the group drains: 2 at 12-16 running, 3 at 7-11, 1 at 3-6, none at 1-2
+        "num_speculative_tokens_per_batch_size": [[1, 2, 0], [3, 6, 1], [7, 11, 3], [12, 16, 2]],
+    }
+    with engine(target, spec, max_num_seqs=group) as llm:
+        before = spec_metrics(llm)
+        tokens: list[list[int]] = []
+        for start in range(0, N, group):
+            params = [
+                SamplingParams(
+                    temperature=SAMPLED_TEMPERATURE,
+                    max_tokens=lengths[i % len(lengths)],
+                    seed=i,
+                    ignore_eos=True,
+                    **kw,
+                )
+                for i in range(start, min(start + group, N))
+            ]
+            outs = llm.generate([PROMPT] * len(params), params, use_tqdm=False)
+            tokens += [list(o.outputs[0].token_ids) for o in outs]
+        last = outs[0].prompt_token_ids[-1]
+        after = spec_metrics(llm)
+        stats = drafter(llm).frozen_stats
+    assert [len(t) for t in tokens] == [lengths[i % len(lengths)] for i in range(N)]
+    vocab = P.shape[0]
+    p, pvalues = P[last], []
+    for pos in range(max(lengths)):
+        column = [t[pos] for t in tokens if len(t) > pos]
+        pvalues.append(chi_square_pvalue(np.bincount(column, minlength=vocab), p))
+        p = p @ P
+    assert all(pv > ALPHA for pv in pvalues), pvalues
+    # Non-vacuous: k moved through 1, 2 and 3 and skipped rounds at k = 0, the rounds
+    # sampled their drafts, and drafts were both accepted and rejected.
+    assert {1, 2, 3} <= set(stats.rounds_by_k), stats.rounds_by_k
+    assert stats.skipped_rounds > 0
+    assert stats.sampled_rounds > 0
+    accepted, drafted = (
+        after[key] - before.get(key, 0) for key in ("num_accepted_tokens", "num_draft_tokens")
+    )
+    assert 0 < accepted < drafted
