@@ -10,6 +10,9 @@ mixes into one batch, and under KV-cache pressure (fp32, real engine, real sched
   recompute requests. The frozen drafter reads the target's blocks and takes its
   seed from the step that ran, so a recomputed request must draft from the new
   blocks, not stale ones.
+* k changing between steps under preemption (a batch-size schedule) and under
+  structured outputs ("auto"): the scheduler's draft-token checks and the recomputed
+  requests' rounds meet every k.
 
 vLLM itself refuses min_p and logit_bias with speculative decoding (at request time,
 with a clear error), so they are not here.
@@ -23,7 +26,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.conftest import pair
-from tests.utils.engine import PROMPTS, engine, num_preemptions, spec_metrics
+from tests.utils.engine import PROMPTS, drafter, engine, num_preemptions, spec_metrics
 from vllm_frozen_kv_mtp.instrument import model_runner
 from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
 
@@ -31,6 +34,13 @@ pytestmark = pytest.mark.engine
 
 K = 3
 T = TypeVar("T")
+#: ways to set k beside the fixed K: a schedule over the batch sizes preemption leaves
+#: running (k = 0 included), and the goodput policy
+DRAFT_LENGTHS: dict[str, dict[str, Any]] = {
+    "fixed": {},
+    "schedule": {"num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 3, 0], [4, 8, 2]]},
+    "auto": {"num_speculative_tokens": "auto", "max_num_speculative_tokens": 4},
+}
 
 
 def _without_and_with(
@@ -38,16 +48,29 @@ def _without_and_with(
     variant: str,
     plain_kw: dict[str, Any] | None = None,
     spec_kw: dict[str, Any] | None = None,
+    draft_length: str = "fixed",
 ) -> tuple[T, T, dict[str, Any]]:
     """``run``'s result on the pair's target without speculation, then with
-    frozen_kv_mtp, and the second engine's spec-decode counters."""
+    frozen_kv_mtp (k set as ``DRAFT_LENGTHS[draft_length]``), and the second engine's
+    spec-decode counters plus its draft rounds per k (``rounds_by_k``) and its steps
+    with k = 0 (``skipped_rounds``)."""
     target, assistant = pair(variant)
     with engine(target, **(plain_kw or {})) as llm:
         expected = run(llm)
-    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": K,
+        **DRAFT_LENGTHS[draft_length],
+    }
     with engine(target, spec, **(spec_kw or {})) as llm:
         got = run(llm)
-        metrics = spec_metrics(llm)
+        stats = drafter(llm).frozen_stats
+        metrics = {
+            **spec_metrics(llm),
+            "rounds_by_k": dict(stats.rounds_by_k),
+            "skipped_rounds": stats.skipped_rounds,
+        }
         # the drafter marked the target's soft-capped logits for patch 5 (which keeps
         # vLLM's ops on CPU; tests/gpu checks the kernel)
         target_model = model_runner(llm).model
@@ -120,8 +143,11 @@ def test_sampling_features_keep_greedy_output() -> None:
     assert any(len(r["tokens"]) == 40 for r in got[3::6])  # min_tokens held EOS back
 
 
-@pytest.mark.parametrize("variant", ["fp32-oracle", "fp32"])
-def test_preemption_keeps_greedy_output(variant: str) -> None:
+@pytest.mark.parametrize(
+    ("variant", "draft_length"),
+    [("fp32-oracle", "fixed"), ("fp32", "fixed"), ("fp32-oracle", "schedule")],
+)
+def test_preemption_keeps_greedy_output(variant: str, draft_length: str) -> None:
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=60)
@@ -134,15 +160,19 @@ def test_preemption_keeps_greedy_output(variant: str) -> None:
         return res, num_preemptions(llm)
 
     (expected, calm), (got, preemptions), metrics = _without_and_with(
-        run, variant, plain_kw=dict(max_model_len=160), spec_kw=tight
+        run, variant, plain_kw=dict(max_model_len=160), spec_kw=tight, draft_length=draft_length
     )
     assert calm == 0 and preemptions > 0, (calm, preemptions)
     assert metrics["num_drafts"] > 0
+    if draft_length != "fixed":
+        assert len(metrics["rounds_by_k"]) >= 2, metrics["rounds_by_k"]
+        assert metrics["skipped_rounds"] > 0
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert g == e, f"{variant} prompt {i}: {g} != {e}"
 
 
-def test_structured_outputs_keep_greedy_output() -> None:
+@pytest.mark.parametrize("draft_length", ["fixed", "auto"])
+def test_structured_outputs_keep_greedy_output(draft_length: str) -> None:
     """Regex, choice and JSON-schema constrained decoding (vLLM's grammar bitmask on the
     target's logits, and its scheduler's check of the draft tokens)."""
     from vllm import SamplingParams
@@ -168,9 +198,11 @@ def test_structured_outputs_keep_greedy_output() -> None:
         res = llm.generate(prompts, params, use_tqdm=False)
         return [(list(r.outputs[0].token_ids), r.outputs[0].text) for r in res]
 
-    expected, got, metrics = _without_and_with(run, "fp32-oracle")
+    expected, got, metrics = _without_and_with(run, "fp32-oracle", draft_length=draft_length)
     assert got == expected
     assert metrics["num_drafts"] > 0
+    if draft_length == "auto":
+        assert len(metrics["rounds_by_k"]) >= 2, metrics["rounds_by_k"]
     # the constraints held (the unconstrained prompt is the control)
     assert got[0][1].startswith(("def ", "class "))
     assert got[1][1] in ("alpha", "beta gamma", "delta")
