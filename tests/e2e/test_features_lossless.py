@@ -10,9 +10,9 @@ mixes into one batch, and under KV-cache pressure (fp32, real engine, real sched
   recompute requests. The frozen drafter reads the target's blocks and takes its
   seed from the step that ran, so a recomputed request must draft from the new
   blocks, not stale ones.
-* k changing between steps under preemption (a batch-size schedule) and under
-  structured outputs ("auto"): the scheduler's draft-token checks and the recomputed
-  requests' rounds meet every k.
+* k changing between steps (a batch-size schedule, or "auto") under the sampling
+  features, preemption and structured outputs: penalties, logprobs, the scheduler's
+  draft-token checks and the recomputed requests' rounds meet every k.
 
 vLLM itself refuses min_p and logit_bias with speculative decoding (at request time,
 with a clear error), so they are not here.
@@ -120,8 +120,9 @@ def _results(llm: Any) -> list[dict[str, Any]]:
     return out
 
 
-def test_sampling_features_keep_greedy_output() -> None:
-    expected, got, metrics = _without_and_with(_results, "fp32-oracle")
+@pytest.mark.parametrize("draft_length", ["fixed", "schedule"])
+def test_sampling_features_keep_greedy_output(draft_length: str) -> None:
+    expected, got, metrics = _without_and_with(_results, "fp32-oracle", draft_length=draft_length)
     params = _mixed_params()
     for i, (g, e, p) in enumerate(zip(got, expected, params, strict=True)):
         if p.temperature > 0:
@@ -141,6 +142,8 @@ def test_sampling_features_keep_greedy_output() -> None:
     assert metrics["num_drafts"] > 0
     assert 0 < metrics["num_accepted_tokens"] < metrics["num_draft_tokens"], metrics
     assert any(len(r["tokens"]) == 40 for r in got[3::6])  # min_tokens held EOS back
+    if draft_length != "fixed":
+        assert len(metrics["rounds_by_k"]) >= 2, metrics["rounds_by_k"]
 
 
 @pytest.mark.parametrize(
