@@ -74,8 +74,10 @@ def test_greedy_identical_to_no_speculation(variant: str, k: int) -> None:
         assert metrics["num_accepted_tokens_per_pos"] == [metrics["num_drafts"]] * k
 
 
-def test_chunked_prefill_and_prefix_caching() -> None:
-    """Long prompts split into chunks, and repeated prefixes served from the prefix cache."""
+@pytest.mark.parametrize("k", [3, "auto"])
+def test_chunked_prefill_and_prefix_caching(k: int | str) -> None:
+    """Long prompts split into chunks, and repeated prefixes served from the prefix cache,
+    at a fixed k and with k chosen each step."""
     variant = "fp32-kvshared"
     target, assistant = pair(variant)
     shared = "class Attention(nn.Module):\n    def forward(self, x):\n" * 4
@@ -92,7 +94,7 @@ def test_chunked_prefill_and_prefix_caching() -> None:
 
     with engine(target, **kwargs) as llm:
         expected = run(llm)
-    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": 3}
+    spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": k}
     with engine(target, spec, **kwargs) as llm:
         got = run(llm)
         assert spec_metrics(llm)["num_drafts"] > 0
