@@ -118,7 +118,8 @@ def test_an_idle_engine_breaks_the_policy_s_comparisons() -> None:
             self.k_policy = GoodputPolicy(PolicySettings(k_max=4, settle_samples=0))
             self._verified = Counter()
             self._last_step_end = None
-            self._last_log = float("inf")
+            self._last_log = self._busy_since = float("inf")
+            self._logged_steps = 0
 
     def steps(k: int, n: int) -> None:
         for _ in range(n):
@@ -136,3 +137,59 @@ def test_an_idle_engine_breaks_the_policy_s_comparisons() -> None:
     s.unfinished = 1
     steps(3, 6)
     assert s.k_policy.cost.comparisons(8, 3) == 0
+
+
+def test_the_k_line_is_logged_when_the_engine_runs_dry(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's engine core is killed at shutdown before it can log: the first time the
+    engine runs out of requests it logs what ran, later idles only once the interval is
+    up (a trickle of short requests must not log a line each), and a long stretch of
+    work logs once per interval and when it ends."""
+    import vllm_frozen_kv_mtp.scheduling.scheduler as sched_mod
+
+    clock = [100.0]
+    monkeypatch.setattr(sched_mod.time, "monotonic", lambda: clock[0])
+
+    class Parent:
+        unfinished = 1
+
+        def update_from_output(self, so: Any, out: Any) -> None:
+            return None
+
+        def get_num_unfinished_requests(self) -> int:
+            return self.unfinished
+
+    class Sched(_GoodputK, Parent):
+        def __init__(self) -> None:  # skip vLLM's constructor: only the hook is tested
+            self.k_policy = GoodputPolicy(PolicySettings(k_max=4))
+            self._verified = Counter()
+            self._last_step_end = None
+            self._last_log = self._busy_since = clock[0]
+            self._logged_steps = 0
+
+    def burst(n: int, seconds: float) -> None:
+        s.unfinished = 1
+        for i in range(n):
+            s.k_policy.choose(8)  # what vLLM's per-step lookup does
+            clock[0] += seconds / n
+            s.unfinished = int(i < n - 1)
+            s.update_from_output(_output(8, verified=4, k=4), None)
+
+    def lines() -> int:
+        return sum("frozen_kv_mtp auto k: steps=" in r.getMessage() for r in caplog.records)
+
+    s = Sched()
+    with caplog.at_level("INFO", logger="vllm.frozen_kv_mtp"):
+        burst(20, seconds=2.0)  # shorter than the interval: logged once it runs dry
+        assert lines() == 1 and "steps=20" in caplog.records[-1].getMessage()
+        burst(5, seconds=1.0)  # a second short burst soon after: no line of its own
+        assert lines() == 1
+        clock[0] += sched_mod.LOG_INTERVAL_S
+        burst(5, seconds=1.0)  # the interval is up: its idle logs all 30 steps
+        assert lines() == 2 and "steps=30" in caplog.records[-1].getMessage()
+        clock[0] += 60
+        # a long busy stretch: a line per interval of it, none for the first step after
+        # the wait, and one when it ends
+        burst(50, seconds=sched_mod.LOG_INTERVAL_S * 2.5)
+        assert lines() == 5 and "steps=80" in caplog.records[-1].getMessage()

@@ -54,6 +54,8 @@ class _GoodputK:
         self.reset_k_policy()
         self._last_step_end: float | None = None
         self._last_log = time.monotonic()
+        #: when the engine last resumed after running dry
+        self._busy_since = self._last_log
         #: this step's verify results, (drafts, accepted) -> requests: folded into the
         #: policy once per step rather than once per request
         self._verified: Counter[tuple[int, int]] = Counter()
@@ -73,6 +75,8 @@ class _GoodputK:
             policy = GoodputPolicy(PolicySettings(k_max=self.num_spec_tokens))
         self.k_policy = policy
         self.dynamic_sd_lookup = _PolicyLookup(self.k_policy)
+        #: policy steps the latest log line covered
+        self._logged_steps = policy.steps
 
     # ---- what the policy learns from ------------------------------------------
 
@@ -97,6 +101,7 @@ class _GoodputK:
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         now = time.monotonic()
+        back_to_back = self._last_step_end is not None  # else the first step after a wait
         self._time_step(scheduler_output, now)
         result = super().update_from_output(  # type: ignore[misc]
             scheduler_output, model_runner_output
@@ -108,10 +113,30 @@ class _GoodputK:
         self._last_step_end = now if busy else None
         if not busy:
             self.k_policy.observe_idle()
-        if now - self._last_log >= LOG_INTERVAL_S:
+        if not back_to_back:
+            self._busy_since = now
+        self._maybe_log_k_choice(now, busy)
+        return result
+
+    def _maybe_log_k_choice(self, now: float, busy: bool) -> None:
+        """One line per interval of back-to-back steps, and one when the engine runs dry
+        after a stretch that long, or for the first time; short bursts within an
+        interval of the last line share the next one. A server's engine core is killed
+        at shutdown before it can log, so the idle line is what a short run leaves."""
+        if self.k_policy.steps == self._logged_steps:
+            return
+        interval_start = max(self._last_log, self._busy_since)
+        if busy:
+            log = now - interval_start >= LOG_INTERVAL_S
+        else:
+            log = (
+                not self._logged_steps
+                or now - self._last_log >= LOG_INTERVAL_S
+                or now - self._busy_since >= LOG_INTERVAL_S
+            )
+        if log:
             self._last_log = now
             self.log_k_choice()
-        return result
 
     def _fold_verified(self) -> None:
         for (drafts, accepted), count in self._verified.items():
@@ -133,6 +158,7 @@ class _GoodputK:
 
     def log_k_choice(self) -> None:
         s = self.k_policy.summary()
+        self._logged_steps = self.k_policy.steps
         logger.info(
             "frozen_kv_mtp auto k: steps=%d k_counts=%s current_k=%d switches=%d "
             "acceptance_per_position=%s step_ms_by_batch_bucket_and_k=%s "
