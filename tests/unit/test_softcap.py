@@ -34,8 +34,9 @@ def test_drafter_marks_only_soft_capped_logits_processors() -> None:
     assert not getattr(model.plain, TARGET_SOFTCAP_ATTR, False)
 
 
-def test_marked_processor_on_cpu_keeps_vllms_result() -> None:
-    """Patch 5 is for CUDA tensors: a marked processor on CPU runs vLLM's ops."""
+def test_marked_processor_on_cpu_keeps_vllms_result(caplog: Any) -> None:
+    """Patch 5 is for CUDA tensors: a marked processor on CPU runs vLLM's ops, and the
+    log says so rather than claiming the kernel."""
     import vllm_frozen_kv_mtp
     from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
 
@@ -54,5 +55,8 @@ def test_marked_processor_on_cpu_keeps_vllms_result() -> None:
     assert torch.equal(lp(head, h), want)
     model = torch.nn.Module()
     model.lp = lp
-    mark_target_logits(model)
+    model.embed = torch.nn.Embedding(4, 16)  # the target's weights, on CPU
+    with caplog.at_level("INFO", logger="vllm.frozen_kv_mtp"):
+        assert mark_target_logits(model) == 1
+    assert "keeps vLLM's ops" in caplog.text and "on CUDA (" not in caplog.text
     assert torch.equal(lp(head, h), want)

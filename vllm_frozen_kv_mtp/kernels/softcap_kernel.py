@@ -121,13 +121,26 @@ def mark_target_logits(target_model: Any, mode: str = "one_pass") -> int:
         if isinstance(module, LogitsProcessor) and module.soft_cap is not None:
             setattr(module, TARGET_SOFTCAP_ATTR, mode)
             marked += 1
-    if marked:
+    if marked and _on_cuda(target_model):
         logger.info(
             "frozen_kv_mtp: the target's logit soft-cap runs in one pass on CUDA "
             "(target_softcap=%r; bitwise vLLM's three ops)",
             mode,
         )
+    elif marked:
+        logger.info(
+            "frozen_kv_mtp: target_softcap=%r is a CUDA kernel; on this device the "
+            "target's logit soft-cap keeps vLLM's ops",
+            mode,
+        )
     return marked
+
+
+def _on_cuda(target_model: Any) -> bool:
+    """Whether the target's weights are on a CUDA device (patch 5 runs only there)."""
+    parameters = getattr(target_model, "parameters", None)
+    first = next(iter(parameters()), None) if parameters is not None else None
+    return first is not None and first.is_cuda
 
 
 def eager_softcap(logits: torch.Tensor, cap: float) -> Any:
