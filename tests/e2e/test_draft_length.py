@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import pair
-from tests.utils.engine import PROMPTS, drafter, engine, engine_core, outputs, spec_metrics
+from tests.utils.engine import (
+    PROMPTS,
+    drafter,
+    engine,
+    engine_core,
+    outputs,
+    plugin_log,
+    spec_metrics,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -148,9 +156,14 @@ def test_auto_uses_our_scheduler_and_vllm_sees_a_dynamic_schedule() -> None:
 
     target, assistant = pair("fp32")
     spec = {"method": METHOD, "model": assistant, "num_speculative_tokens": "auto"}
-    with engine(target, spec) as llm:
+    with plugin_log() as seen, engine(target, spec) as llm:
         core = engine_core(llm)
         assert isinstance(core.scheduler, _GoodputK)
+        # CPU runs without async scheduling: the log names the sync parent, since vLLM
+        # warns about custom schedulers that async may be off
+        assert any(
+            "over vLLM's Scheduler: this engine schedules synchronously" in m for m in seen
+        ), seen
         sc = llm.llm_engine.vllm_config.speculative_config
         assert sc.num_speculative_tokens == 7  # the default ceiling
         assert sc.uses_dynamic_speculative_decoding()

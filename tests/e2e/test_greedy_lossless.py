@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import pair
-from tests.utils.engine import PROMPTS, engine, outputs, spec_metrics
+from tests.utils.engine import PROMPTS, engine, outputs, plugin_log, spec_metrics
 
 pytestmark = pytest.mark.engine
 
@@ -119,21 +119,9 @@ def test_v2_only_options_on_the_v1_runner_warn_and_keep_output() -> None:
         "draft_attention": "split",
         "dense_head": "fp8",
     }
-    seen: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            seen.append(record.getMessage())
-
-    log = logging.getLogger("vllm.frozen_kv_mtp")
-    handler = Keep(logging.WARNING)
-    log.addHandler(handler)
-    try:
-        with engine(target, spec) as llm:
-            assert not llm.llm_engine.vllm_config.use_v2_model_runner
-            got = _generate(llm)
-    finally:
-        log.removeHandler(handler)
+    with plugin_log(logging.WARNING) as seen, engine(target, spec) as llm:
+        assert not llm.llm_engine.vllm_config.use_v2_model_runner
+        got = _generate(llm)
     assert got == expected
     assert any("centroid_head='fused' applies to Model Runner V2 only" in m for m in seen), seen
     assert any("sliding_split_kv_max_rows=8 applies to Model Runner V2" in m for m in seen), seen

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
 
 from vllm_frozen_kv_mtp.instrument import drafter, model_runner, spec_metrics
 
-__all__ = ["drafter", "engine", "engine_core", "model_runner", "outputs", "spec_metrics"]
+__all__ = [
+    "drafter",
+    "engine",
+    "engine_core",
+    "model_runner",
+    "outputs",
+    "plugin_log",
+    "spec_metrics",
+]
 
 ENGINE_DEFAULTS: dict[str, Any] = dict(
     max_model_len=512,
@@ -115,3 +124,24 @@ def clear_margin_case(variant: str) -> tuple[str, str, list[Any], dict[str, Any]
 
     t, a = pair(variant)
     return t, a, list(PROMPTS), {}
+
+
+@contextlib.contextmanager
+def plugin_log(level: int = logging.INFO) -> Iterator[list[str]]:
+    """The plugin's log messages while the block runs. vLLM's logging config keeps them
+    from pytest's caplog, and reapplying it (an engine starting) drops the handlers of
+    loggers under "vllm", so this wraps the plugin logger's ``handle`` instead."""
+    seen: list[str] = []
+    log = logging.getLogger("vllm.frozen_kv_mtp")
+    original = log.handle
+
+    def handle(record: logging.LogRecord) -> None:
+        if record.levelno >= level:
+            seen.append(record.getMessage())
+        original(record)
+
+    log.handle = handle  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        del log.handle

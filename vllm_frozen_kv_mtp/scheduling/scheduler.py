@@ -59,12 +59,20 @@ class _GoodputK:
         #: this step's verify results, (drafts, accepted) -> requests: folded into the
         #: policy once per step rather than once per request
         self._verified: Counter[tuple[int, int]] = Counter()
+        # vLLM warns about any custom scheduler that async scheduling may be off; say
+        # which parent this one took.
+        parent = (
+            "vLLM's AsyncScheduler: async scheduling stays on"
+            if isinstance(self, AsyncScheduler)
+            else "vLLM's Scheduler: this engine schedules synchronously"
+        )
         logger.info(
             "frozen_kv_mtp: draft length policy 'auto': k in 0..%d chosen each step to "
             "maximise expected committed tokens per second, from acceptance per "
-            "position and step times measured in this engine (%s)",
+            "position and step times measured in this engine (%s, over %s)",
             self.num_spec_tokens,
             type(self).__name__,
+            parent,
         )
 
     def reset_k_policy(self, policy: GoodputPolicy | None = None) -> None:
