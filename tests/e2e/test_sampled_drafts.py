@@ -11,7 +11,7 @@ distribution is kept is tests/e2e/test_sampling_distribution.py's chi-square tes
 
 from __future__ import annotations
 
-import logging
+import contextlib
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tests.conftest import pair
-from tests.utils.engine import PROMPTS, drafter, engine, spec_metrics
+from tests.utils.engine import PROMPTS, drafter, engine, plugin_log, spec_metrics
 from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
 
 pytestmark = pytest.mark.engine
@@ -63,19 +63,11 @@ def sampled_llm(greedy_expected: list[list[int]], startup_log: list[str]) -> Ite
     # No draft_sample_method: sampled drafts ("probabilistic") are the plugin's default.
     spec = {"method": "frozen_kv_mtp", "model": assistant, "num_speculative_tokens": K}
 
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            startup_log.append(record.getMessage())
-
-    log = logging.getLogger("vllm.frozen_kv_mtp")
-    handler = Keep(logging.INFO)
-    log.addHandler(handler)
-    try:
-        with engine(target, spec) as llm:
-            log.removeHandler(handler)
-            yield llm
-    finally:
-        log.removeHandler(handler)
+    with contextlib.ExitStack() as stack:
+        with plugin_log() as seen:  # start-up only
+            llm = stack.enter_context(engine(target, spec))
+        startup_log.extend(seen)
+        yield llm
 
 
 class DraftRecorder:
