@@ -15,15 +15,19 @@ import pytest
 cg = pytest.importorskip("vllm.v1.worker.gpu.cudagraph_utils")
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 
-from vllm_frozen_kv_mtp.config import graph_capture_schedule  # noqa: E402
+from vllm_frozen_kv_mtp.config import ADDITIONAL_CONFIG_KEY, graph_capture_schedule  # noqa: E402
 from vllm_frozen_kv_mtp.patches.graph_candidates import add_uniform_fallbacks  # noqa: E402
 
 
-def _manager(sizes: list[int], max_reqs: int, k_max: int, dynamic: bool = True) -> Any:
-    """vLLM's manager with its candidates built by vLLM's (unpatched) method."""
+def _manager(
+    sizes: list[int], max_reqs: int, k_max: int, dynamic: bool = True, patched: bool = False
+) -> Any:
+    """vLLM's manager with its candidates built by vLLM's unpatched method, or by the
+    installed patch (``patched``) for a frozen_kv_mtp engine under "auto"."""
     spec = SimpleNamespace(
         num_speculative_tokens_per_batch_size=graph_capture_schedule(k_max) if dynamic else None,
         uses_dynamic_speculative_decoding=lambda: dynamic,
+        use_gemma4_mtp=lambda: True,
     )
     mgr = object.__new__(cg.CudaGraphManager)
     mgr.vllm_config = SimpleNamespace(
@@ -31,6 +35,7 @@ def _manager(sizes: list[int], max_reqs: int, k_max: int, dynamic: bool = True) 
         num_speculative_tokens=k_max,
         cache_config=SimpleNamespace(use_kda_recoverssm=False),
         parallel_config=SimpleNamespace(),
+        additional_config={ADDITIONAL_CONFIG_KEY: {"k_policy": "auto"}} if patched else {},
     )
     mgr.compilation_config = SimpleNamespace(
         cudagraph_capture_sizes=sizes, max_cudagraph_capture_size=max(sizes)
@@ -44,7 +49,11 @@ def _manager(sizes: list[int], max_reqs: int, k_max: int, dynamic: bool = True) 
     mgr._candidates = {}
     mgr._capture_descs = {}
     init = cg.CudaGraphManager._init_candidates
-    getattr(init, "__wrapped__", init)(mgr)
+    if patched:
+        assert hasattr(init, "__wrapped__"), "the plugin's patch is not installed"
+        init(mgr)
+    else:
+        getattr(init, "__wrapped__", init)(mgr)
     mgr._graphs_captured = True
     return mgr
 
@@ -92,3 +101,41 @@ def test_fixed_k_is_left_alone() -> None:
     before = {k: list(v) for k, v in mgr._candidates.items()}
     assert add_uniform_fallbacks(mgr._candidates, mgr._capture_descs, CUDAGraphMode.FULL) == 0
     assert mgr._candidates == before
+
+
+@pytest.mark.parametrize("max_reqs", [1, 4])
+def test_auto_captures_every_k_with_fewer_slots_than_k_max(max_reqs: int) -> None:
+    """vLLM reads the k's to capture from the stand-in schedule cut at max_num_seqs: with
+    fewer slots than k_max + 1 the k's past the last slot had no FULL graph at all."""
+    import vllm_frozen_kv_mtp
+
+    vllm_frozen_kv_mtp.register()
+    k_max = 7
+    every_q = range(1, k_max + 2)
+    # a size for every (requests, k): what a graph per (batch, k) needs
+    sizes = sorted({n * q for n in range(1, max_reqs + 1) for q in every_q})
+
+    unpatched = _manager(sizes, max_reqs, k_max)
+    add_uniform_fallbacks(unpatched._candidates, unpatched._capture_descs, CUDAGraphMode.FULL)
+    missing = _eager_batches(unpatched, max_reqs, every_q)
+    # k = 0 and k = 1 (1 and 2 tokens a request) sit past the last slot
+    assert (1, 1) in missing and (1, 2) in missing
+
+    mgr = _manager(sizes, max_reqs, k_max, patched=True)
+    assert _eager_batches(mgr, max_reqs, every_q) == []
+    assert {d.uniform_token_count for d in mgr._capture_descs[CUDAGraphMode.FULL]} == set(every_q)
+    # vLLM's own limits still hold: no graph for more requests than max_num_seqs
+    assert max(d.num_reqs for d in mgr._capture_descs[CUDAGraphMode.FULL]) <= max_reqs
+    # and the module's lookup is vLLM's again afterwards
+    from vllm.v1.spec_decode.dynamic import utils
+
+    assert cg.build_dynamic_sd_schedule_lookup is utils.build_dynamic_sd_schedule_lookup
+
+
+def test_a_user_schedule_keeps_its_own_k_set() -> None:
+    """Only "auto" reads every k: a user's schedule captures the k's it holds."""
+    import vllm_frozen_kv_mtp
+
+    vllm_frozen_kv_mtp.register()
+    mgr = _manager([1, 2, 4, 8, 16], 1, 7, patched=False)
+    assert {d.uniform_token_count for d in mgr._capture_descs[CUDAGraphMode.FULL]} == {8}

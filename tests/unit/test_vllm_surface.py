@@ -210,7 +210,8 @@ _mirror(
 _mirror(
     "vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager", "_init_candidates",
     "patches/graph_candidates.py relies on it: candidates keyed (token count, LoRA case), "
-    "FULL descriptors ahead of PIECEWISE ones, _capture_descs by mode",
+    "FULL descriptors ahead of PIECEWISE ones, _capture_descs by mode, and the module-level "
+    "name build_dynamic_sd_schedule_lookup called once, its result read only as a set of k's",
     {
         "0.32.0": "b002dfdf6e851b003f0da75c0129dc0b5356363f7a5f75764966a9d901cd5153",
         "0.33.0": "b002dfdf6e851b003f0da75c0129dc0b5356363f7a5f75764966a9d901cd5153",

@@ -262,10 +262,14 @@ PATCHES: tuple[Patch, ...] = (
         symbol="CudaGraphManager._init_candidates",
         why="when k varies, a uniform decode batch whose token count falls where its "
         "query length has no captured size ran without a FULL graph though a larger one "
-        "of that length exists; add those graphs to every token count's candidates",
+        "of that length exists; add those graphs to every token count's candidates. "
+        "Under 'auto', also capture every k in 0..k_max: vLLM reads the k's from the "
+        "stand-in batch-size schedule cut at max_num_seqs, which drops k's when "
+        "max_num_seqs < k_max + 1 (the lookup is swapped while the method runs)",
         upstream="not filed in vllm-project/vllm yet (v1/worker/gpu/cudagraph_utils.py "
         "_init_candidates groups candidates by token count alone)",
-        remove_when="vLLM's candidates cover every captured query length per token count",
+        remove_when="vLLM's candidates cover every captured query length per token count, "
+        "and the frozen scheduler can name its k's to vLLM without a stand-in schedule",
         apply=graph_candidates._patch_uniform_graph_candidates,
     ),
     Patch(

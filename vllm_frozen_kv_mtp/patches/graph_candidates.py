@@ -10,12 +10,21 @@ graph of length 5 exists. That happens to every batch whose size is not a captur
 the tail of a batch as requests finish, and any load between buckets. Here each token
 count also gets, for every other query length, the smallest FULL graph of that length
 that fits, ahead of the piecewise candidates.
+
+Under ``"auto"`` vLLM learns which k's to capture from a stand-in batch-size schedule
+that puts k_max..0 at batch sizes 1..k_max+1 (``config.graph_capture_schedule``). vLLM
+cuts that table at ``max_num_seqs``, so an engine with fewer slots than k_max + 1 lost
+the graphs of every k past its last slot: at ``max_num_seqs=1`` only k = k_max verified
+in a FULL graph, and every other k ran several times slower. Under
+``"auto"`` the manager now reads every k in 0..k_max from that table, whatever
+``max_num_seqs`` is; its own limits (request count, capture ceiling) still apply.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -27,15 +36,41 @@ def _patch_uniform_graph_candidates(mod: ModuleType) -> None:
 
     def with_uniform_fallbacks(original: Callable[[Any], None]) -> Callable[[Any], None]:
         def _init_candidates(self: Any) -> None:
-            original(self)
-            from vllm_frozen_kv_mtp.config import options_from_vllm_config
+            from vllm_frozen_kv_mtp.config import AUTO_K, options_from_vllm_config
 
-            if options_from_vllm_config(self.vllm_config) is not None:
+            options = options_from_vllm_config(self.vllm_config)
+            if options is not None and options.k_policy == AUTO_K:
+                with every_k_in_dense_schedule(mod):
+                    original(self)
+            else:
+                original(self)
+            if options is not None:
                 add_uniform_fallbacks(self._candidates, self._capture_descs, full)
 
         return _init_candidates
 
     wrap_once(mod.CudaGraphManager, "_init_candidates", with_uniform_fallbacks)
+
+
+@contextmanager
+def every_k_in_dense_schedule(mod: ModuleType) -> Iterator[None]:
+    """While vLLM's ``_init_candidates`` runs, its dense batch-size -> k table holds every
+    k in 0..k_max. That method reads only the set of k's in the table (one decode query
+    length each), so the table's order and length do not matter there. Start-up runs it
+    once per manager, on the worker's main thread; nothing else in ``mod`` reads the name."""
+    lookup = mod.build_dynamic_sd_schedule_lookup
+
+    def every_k(
+        schedule: object, vllm_max_batch_size: int, vllm_num_speculative_tokens: int
+    ) -> list[int]:
+        lookup(schedule, vllm_max_batch_size, vllm_num_speculative_tokens)  # vLLM's checks
+        return [0, *range(vllm_num_speculative_tokens, -1, -1)]
+
+    setattr(mod, "build_dynamic_sd_schedule_lookup", every_k)  # noqa: B010 (a module)
+    try:
+        yield
+    finally:
+        setattr(mod, "build_dynamic_sd_schedule_lookup", lookup)  # noqa: B010
 
 
 def add_uniform_fallbacks(

@@ -43,7 +43,7 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
     SpeculatorBatchDescriptor,
 )
 
-from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
+from vllm_frozen_kv_mtp.config import AUTO_K, FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.frozen_kv import (
     DraftStats,
     KVWriteError,
@@ -254,7 +254,7 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         self.on_multi_step_decode_end(self.max_num_reqs)
 
     def _specialize_capture_descs(self) -> None:
-        """One whole-round graph per (batch bucket, k) for every k > 0 the schedule holds.
+        """One whole-round graph per (batch bucket, k) for every k > 0 the policy can pick.
 
         Mirrors ``SpeculatorCudaGraphManager.capture(specialize_spec_tokens=True)``
         (vllm/v1/worker/gpu/spec_decode/target_dependent_ar/cudagraph_utils.py), which
@@ -263,12 +263,17 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         """
         manager = self.decode_cudagraph_manager
         assert manager is not None
-        dense = build_dynamic_sd_schedule_lookup(
-            self.speculative_config.num_speculative_tokens_per_batch_size,
-            vllm_max_batch_size=manager.max_num_reqs,
-            vllm_num_speculative_tokens=self.vllm_config.num_speculative_tokens,
-        )
-        ks = sorted(set(dense[1:]) - {0}, reverse=True)
+        if self.frozen_options.k_policy == AUTO_K:
+            # every k the policy may pick; vLLM's table of the stand-in schedule holds
+            # only the first max_num_seqs of them
+            ks = list(range(self.vllm_config.num_speculative_tokens, 0, -1))
+        else:
+            dense = build_dynamic_sd_schedule_lookup(
+                self.speculative_config.num_speculative_tokens_per_batch_size,
+                vllm_max_batch_size=manager.max_num_reqs,
+                vllm_num_speculative_tokens=self.vllm_config.num_speculative_tokens,
+            )
+            ks = sorted(set(dense[1:]) - {0}, reverse=True)
         manager._capture_descs = {
             mode: [
                 SpeculatorBatchDescriptor(**vars(desc), num_speculative_tokens=k)
