@@ -66,3 +66,52 @@ def test_changing_k_keeps_greedy_output_with_graphs(runner: str, policy: str) ->
         assert stats.skipped_rounds > 0
     if runner == "v2":
         assert stats.graph_misses == 0, "a k without a captured draft-round graph"
+
+
+def test_auto_replays_a_graph_for_every_k_with_one_request_slot(runner: str) -> None:
+    """With ``max_num_seqs`` below the ceiling + 1, vLLM's table of the stand-in schedule
+    holds only the first k's; every k must still verify and draft in a FULL graph."""
+    if runner != "v2":
+        pytest.skip("Model Runner V2 captures a graph per k")
+    from collections import Counter
+
+    from vllm_frozen_kv_mtp.instrument import model_runner
+
+    target, assistant, prompts, extra = clear_margin_case("fp32-oracle")
+    kw = {**GRAPH_KW, **extra, "max_num_seqs": 1}
+    prompts = prompts[:2]
+    with engine(target, **kw) as llm:
+        expected = _run(llm, prompts)
+    spec = {
+        "method": "frozen_kv_mtp",
+        "model": assistant,
+        "num_speculative_tokens": "auto",
+        "max_num_speculative_tokens": 4,
+    }
+    with engine(target, spec, **kw) as llm:
+        scheduler = engine_core(llm).scheduler
+        manager = model_runner(llm).cudagraph_manager
+        modes: Counter[tuple[int, str]] = Counter()
+        original = manager.dispatch
+
+        def dispatch(
+            num_reqs: int, num_tokens: int, uniform: int | None, *a: Any, **kw: Any
+        ) -> Any:
+            desc = original(num_reqs, num_tokens, uniform, *a, **kw)
+            if uniform is not None and num_reqs == 1:
+                modes[uniform, desc.cg_mode.name] += 1
+            return desc
+
+        manager.dispatch = dispatch
+        got = []
+        for k in range(5):  # pin each k in turn, as the policy may choose it
+            scheduler.reset_k_policy()
+            scheduler.dynamic_sd_lookup = [k, k]
+            got.append(_run(llm, prompts))
+        stats = drafter(llm).frozen_stats
+    print(f"verify modes={dict(modes)} rounds_by_k={stats.rounds_by_k}")
+    assert all(g == expected for g in got)
+    assert set(stats.rounds_by_k) >= {1, 2, 3, 4}
+    assert stats.graph_misses == 0, "a k without a captured draft-round graph"
+    assert {q for q, _ in modes} >= {1, 2, 3, 4, 5}
+    assert {mode for _, mode in modes} == {"FULL"}, modes
