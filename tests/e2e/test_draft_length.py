@@ -167,3 +167,31 @@ def test_auto_uses_our_scheduler_and_vllm_sees_a_dynamic_schedule() -> None:
         sc = llm.llm_engine.vllm_config.speculative_config
         assert sc.num_speculative_tokens == 7  # the default ceiling
         assert sc.uses_dynamic_speculative_decoding()
+
+
+def test_auto_with_fewer_request_slots_than_k_values() -> None:
+    """``max_num_seqs=1`` under "auto" (a latency deployment): vLLM's table of the
+    stand-in schedule holds one row, yet the policy may pick any k in 0..k_max. Each k
+    pinned in turn runs its rounds, and output stays that of no speculation."""
+    target, assistant = pair("fp32-oracle")
+    prompts = PROMPTS[:2]
+    params = _params(20)
+    with engine(target, max_num_seqs=1) as llm:
+        expected = outputs(llm.generate(prompts, params, use_tqdm=False))
+    spec = {
+        "method": METHOD,
+        "model": assistant,
+        "num_speculative_tokens": "auto",
+        "max_num_speculative_tokens": 4,
+    }
+    with engine(target, spec, max_num_seqs=1) as llm:
+        scheduler = engine_core(llm).scheduler
+        got = [outputs(llm.generate(prompts, params, use_tqdm=False))]  # the policy's own k
+        for k in range(5):
+            scheduler.reset_k_policy()
+            scheduler.dynamic_sd_lookup = [k, k]
+            got.append(outputs(llm.generate(prompts, params, use_tqdm=False)))
+        stats = drafter(llm).frozen_stats
+    assert all(g == expected for g in got)
+    assert set(stats.rounds_by_k) == {1, 2, 3, 4}, stats.rounds_by_k
+    assert stats.skipped_rounds > 0, "k = 0 must run no draft round"
