@@ -20,10 +20,15 @@ from vllm_frozen_kv_mtp.patches.graph_candidates import add_uniform_fallbacks  #
 
 
 def _manager(
-    sizes: list[int], max_reqs: int, k_max: int, dynamic: bool = True, patched: bool = False
+    sizes: list[int],
+    max_reqs: int,
+    k_max: int,
+    dynamic: bool = True,
+    patched: bool = False,
+    policy: str = "auto",
 ) -> Any:
     """vLLM's manager with its candidates built by vLLM's unpatched method, or by the
-    installed patch (``patched``) for a frozen_kv_mtp engine under "auto"."""
+    installed patch (``patched``) for a frozen_kv_mtp engine whose k policy is ``policy``."""
     spec = SimpleNamespace(
         num_speculative_tokens_per_batch_size=graph_capture_schedule(k_max) if dynamic else None,
         uses_dynamic_speculative_decoding=lambda: dynamic,
@@ -35,7 +40,7 @@ def _manager(
         num_speculative_tokens=k_max,
         cache_config=SimpleNamespace(use_kda_recoverssm=False),
         parallel_config=SimpleNamespace(),
-        additional_config={ADDITIONAL_CONFIG_KEY: {"k_policy": "auto"}} if patched else {},
+        additional_config={ADDITIONAL_CONFIG_KEY: {"k_policy": policy}} if patched else {},
     )
     mgr.compilation_config = SimpleNamespace(
         cudagraph_capture_sizes=sizes, max_cudagraph_capture_size=max(sizes)
@@ -133,9 +138,10 @@ def test_auto_captures_every_k_with_fewer_slots_than_k_max(max_reqs: int) -> Non
 
 
 def test_a_user_schedule_keeps_its_own_k_set() -> None:
-    """Only "auto" reads every k: a user's schedule captures the k's it holds."""
+    """Only "auto" reads every k: a user's schedule captures the k's it holds (here the
+    one k its single row gives)."""
     import vllm_frozen_kv_mtp
 
     vllm_frozen_kv_mtp.register()
-    mgr = _manager([1, 2, 4, 8, 16], 1, 7, patched=False)
+    mgr = _manager([1, 2, 4, 8, 16], 1, 7, patched=True, policy="schedule")
     assert {d.uniform_token_count for d in mgr._capture_descs[CUDAGraphMode.FULL]} == {8}
