@@ -586,6 +586,25 @@ def graph_capture_schedule(k_max: int) -> list[list[int]]:
     return [[i + 1, i + 1, k_max - i] for i in range(k_max + 1)]
 
 
+def runnable_draft_lengths(
+    options: FrozenKVOptions, speculative_config: Any, k_max: int, max_num_reqs: int
+) -> list[int]:
+    """Every k a step of this engine may run at, largest first, 0 included: what CUDA
+    graphs must be captured for. Under "auto" all of 0..k_max whatever ``max_num_reqs``
+    is (vLLM's dense table of the stand-in schedule holds only its first ``max_num_reqs``
+    rows); under a schedule, the k's of vLLM's dense table."""
+    if options.k_policy == AUTO_K:
+        return list(range(k_max, -1, -1))
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    dense = build_dynamic_sd_schedule_lookup(
+        speculative_config.num_speculative_tokens_per_batch_size,
+        vllm_max_batch_size=max_num_reqs,
+        vllm_num_speculative_tokens=k_max,
+    )
+    return sorted(set(dense[1:]), reverse=True)
+
+
 def describe_draft_sample_method(method: str) -> str:
     """How drafts are drawn, in the words of the start-up log and ``check-config``."""
     return "greedy and sampled (per batch)" if method == "probabilistic" else "greedy"

@@ -145,3 +145,18 @@ def test_a_user_schedule_keeps_its_own_k_set() -> None:
     vllm_frozen_kv_mtp.register()
     mgr = _manager([1, 2, 4, 8, 16], 1, 7, patched=True, policy="schedule")
     assert {d.uniform_token_count for d in mgr._capture_descs[CUDAGraphMode.FULL]} == {8}
+
+
+def test_runnable_draft_lengths_are_what_both_graph_sets_capture() -> None:
+    """The k's the verify and draft graphs are captured for: every k under "auto"
+    whatever max_num_seqs is; a schedule's own k's, cut at max_num_seqs as vLLM does."""
+    from vllm_frozen_kv_mtp.config import FrozenKVOptions, runnable_draft_lengths
+
+    auto = FrozenKVOptions(k_policy="auto")
+    stand_in = SimpleNamespace(num_speculative_tokens_per_batch_size=graph_capture_schedule(7))
+    for max_reqs in (1, 4, 256):
+        assert runnable_draft_lengths(auto, stand_in, 7, max_reqs) == list(range(7, -1, -1))
+    schedule = FrozenKVOptions(k_policy="schedule")
+    user = SimpleNamespace(num_speculative_tokens_per_batch_size=[[1, 1, 3], [2, 4, 0], [5, 8, 2]])
+    assert runnable_draft_lengths(schedule, user, 4, 1) == [3]
+    assert runnable_draft_lengths(schedule, user, 4, 8) == [3, 2, 0]

@@ -201,7 +201,7 @@ _mirror(
     "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils"
     ".SpeculatorCudaGraphManager", "capture",
     "FrozenKVMTPSpeculator._specialize_capture_descs copies its specialize_spec_tokens "
-    "block (one desc per k of the dense schedule, k = 1 kept) and writes _capture_descs",
+    "block (one desc per k the engine may run, k = 1 kept) and writes _capture_descs",
     {
         "0.32.0": "df16bc9f86428eebe6e1e6dc590c32fe63445adfcb255445ed7c58c38c9149d7",
         "0.33.0": "df16bc9f86428eebe6e1e6dc590c32fe63445adfcb255445ed7c58c38c9149d7",

@@ -16,8 +16,9 @@ that puts k_max..0 at batch sizes 1..k_max+1 (``config.graph_capture_schedule``)
 cuts that table at ``max_num_seqs``, so an engine with fewer slots than k_max + 1 lost
 the graphs of every k past its last slot: at ``max_num_seqs=1`` only k = k_max verified
 in a FULL graph, and every other k ran several times slower. Under
-``"auto"`` the manager now reads every k in 0..k_max from that table, whatever
-``max_num_seqs`` is; its own limits (request count, capture ceiling) still apply.
+``"auto"`` the manager now reads every k in 0..k_max from that table
+(``config.runnable_draft_lengths``, which the V2 speculator's draft graphs use too),
+whatever ``max_num_seqs`` is; its own limits (request count, capture ceiling) still apply.
 """
 
 from __future__ import annotations
@@ -36,11 +37,21 @@ def _patch_uniform_graph_candidates(mod: ModuleType) -> None:
 
     def with_uniform_fallbacks(original: Callable[[Any], None]) -> Callable[[Any], None]:
         def _init_candidates(self: Any) -> None:
-            from vllm_frozen_kv_mtp.config import AUTO_K, options_from_vllm_config
+            from vllm_frozen_kv_mtp.config import (
+                AUTO_K,
+                options_from_vllm_config,
+                runnable_draft_lengths,
+            )
 
             options = options_from_vllm_config(self.vllm_config)
             if options is not None and options.k_policy == AUTO_K:
-                with every_k_in_dense_schedule(mod):
+                ks = runnable_draft_lengths(
+                    options,
+                    self.vllm_config.speculative_config,
+                    self.vllm_config.num_speculative_tokens,
+                    self.max_num_reqs,
+                )
+                with dense_schedule_holding(mod, ks):
                     original(self)
             else:
                 original(self)
@@ -53,20 +64,17 @@ def _patch_uniform_graph_candidates(mod: ModuleType) -> None:
 
 
 @contextmanager
-def every_k_in_dense_schedule(mod: ModuleType) -> Iterator[None]:
-    """While vLLM's ``_init_candidates`` runs, its dense batch-size -> k table holds every
-    k in 0..k_max. That method reads only the set of k's in the table (one decode query
+def dense_schedule_holding(mod: ModuleType, ks: list[int]) -> Iterator[None]:
+    """While vLLM's ``_init_candidates`` runs, its dense batch-size -> k table holds the
+    k's ``ks``. That method reads only the set of k's in the table (one decode query
     length each), so the table's order and length do not matter there. Start-up runs it
     once per manager, on the worker's main thread; nothing else in ``mod`` reads the name."""
     lookup = mod.build_dynamic_sd_schedule_lookup
 
-    def every_k(
-        schedule: object, vllm_max_batch_size: int, vllm_num_speculative_tokens: int
-    ) -> list[int]:
-        lookup(schedule, vllm_max_batch_size, vllm_num_speculative_tokens)  # vLLM's checks
-        return [0, *range(vllm_num_speculative_tokens, -1, -1)]
+    def dense_table(*_: object, **__: object) -> list[int]:
+        return [0, *ks]  # index 0 is vLLM's unused slot
 
-    setattr(mod, "build_dynamic_sd_schedule_lookup", every_k)  # noqa: B010 (a module)
+    setattr(mod, "build_dynamic_sd_schedule_lookup", dense_table)  # noqa: B010 (a module)
     try:
         yield
     finally:

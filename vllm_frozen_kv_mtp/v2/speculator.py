@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 import torch
 from vllm.config.compilation import CUDAGraphMode
-from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
 from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
 from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
@@ -43,7 +42,11 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
     SpeculatorBatchDescriptor,
 )
 
-from vllm_frozen_kv_mtp.config import AUTO_K, FrozenKVOptions, options_from_vllm_config
+from vllm_frozen_kv_mtp.config import (
+    FrozenKVOptions,
+    options_from_vllm_config,
+    runnable_draft_lengths,
+)
 from vllm_frozen_kv_mtp.frozen_kv import (
     DraftStats,
     KVWriteError,
@@ -263,17 +266,16 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         """
         manager = self.decode_cudagraph_manager
         assert manager is not None
-        if self.frozen_options.k_policy == AUTO_K:
-            # every k the policy may pick; vLLM's table of the stand-in schedule holds
-            # only the first max_num_seqs of them
-            ks = list(range(self.vllm_config.num_speculative_tokens, 0, -1))
-        else:
-            dense = build_dynamic_sd_schedule_lookup(
-                self.speculative_config.num_speculative_tokens_per_batch_size,
-                vllm_max_batch_size=manager.max_num_reqs,
-                vllm_num_speculative_tokens=self.vllm_config.num_speculative_tokens,
+        ks = [
+            k
+            for k in runnable_draft_lengths(
+                self.frozen_options,
+                self.speculative_config,
+                self.vllm_config.num_speculative_tokens,
+                manager.max_num_reqs,
             )
-            ks = sorted(set(dense[1:]) - {0}, reverse=True)
+            if k > 0
+        ]
         manager._capture_descs = {
             mode: [
                 SpeculatorBatchDescriptor(**vars(desc), num_speculative_tokens=k)
