@@ -48,6 +48,7 @@ from typing import Any
 
 from bench import thread_cpu
 from bench.host_phases import PHASES, HostPhases, host_table, ms_per_step, profile_run
+from bench.request_timing import ChunkClock, DraftTimer, draft_fields, latency_fields
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -146,6 +147,14 @@ class Engine:
             }
         else:
             kw["enforce_eager"] = True
+        if args.attention != "default":
+            # FA4 is what Hopper gets by default where it is installed; TRITON_ATTN is what
+            # Ampere and Ada users get, and what a bundle without FA4 falls back to
+            kw["attention_config"] = (
+                {"backend": "FLASH_ATTN", "flash_attn_version": 4}
+                if args.attention == "FA4"
+                else {"backend": args.attention}
+            )
         t0 = time.time()
         self.llm = LLM(
             model=target,
@@ -197,6 +206,15 @@ class Engine:
         self.async_ = bool(cfg.scheduler_config.async_scheduling)
         self.vocab = cfg.model_config.get_vocab_size()
         self.attention = self.llm.collective_rpc(attention_backends)[0]
+        #: what a streaming client would see of each request, and the draft round's
+        #: device time (in-process worker only)
+        self.chunk_clock = ChunkClock()
+        self.chunk_clock.wrap(self.llm.llm_engine.output_processor)
+        self.draft_timer = DraftTimer()
+        if self.tp == 1 and spec is not None:
+            from vllm_frozen_kv_mtp.instrument import drafter
+
+            self.draft_timer.wrap(drafter(self.llm))
 
     def _time_host_phases(self) -> HostPhases:
         """Time each phase of this process's step loop (see bench/host_phases.py); a
@@ -478,6 +496,13 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         threads: dict[Any, Counter[str]] = {cell: Counter() for cell in cells}
         #: per cell: when each timed run started, seconds after the engine was ready
         starts: dict[Any, list[float]] = {cell: [] for cell in cells}
+        #: per cell over its timed runs: TTFT and inter-chunk gaps (ms), the draft
+        #: rounds' device ms and the steps they spread over
+        ttfts: dict[Any, list[float]] = {cell: [] for cell in cells}
+        itls: dict[Any, list[float]] = {cell: [] for cell in cells}
+        drafts_ms: dict[Any, list[float]] = {cell: [] for cell in cells}
+        run_steps: dict[Any, int] = dict.fromkeys(cells, 0)
+        max_batch: dict[Any, int] = dict.fromkeys(cells, 0)
         for cell in interleaved(cells, repeats_at(c, args.repeats, args.min_tokens, args.tokens)):
             apply(cell)
             policy = getattr(eng.scheduler, "k_policy", None)
@@ -489,8 +514,17 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             gc0 = eng.gc_pauses.snapshot()
             h0 = eng.host_phases.snapshot()
             t0 = thread_cpu.snapshot()
-            starts[cell].append(round(time.perf_counter() - eng.started, 2))
+            eng.chunk_clock.clear()
+            eng.draft_timer.collect()  # rounds of the warm-up and of apply(): not this run's
+            submitted = time.perf_counter()
+            starts[cell].append(round(submitted - eng.started, 2))
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
+            ttft, itl = eng.chunk_clock.latencies(submitted)
+            ttfts[cell] += ttft
+            itls[cell] += itl
+            drafts_ms[cell] += eng.draft_timer.collect()
+            run_steps[cell] += len(eng.step_log)
+            max_batch[cell] = max(max_batch[cell], max((r[1] for r in eng.step_log), default=0))
             threads[cell] += thread_cpu.delta(t0)
             gc_ms, gc_full = gc_since(eng.gc_pauses, gc0)
             host_s[cell].update({p: v - h0[p] for p, v in eng.host_phases.snapshot().items()})
@@ -546,6 +580,12 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "tp": eng.tp,
                 "tokens": args.tokens,
                 "prompt_len": args.prompt_len,
+                # fewer than c where the KV cache cannot hold c requests at this context
+                "max_batch": max_batch[cell],
+                **latency_fields(ttfts[cell], itls[cell]),
+                # device ms of the draft rounds per engine step (all steps of the timed
+                # runs, prefill included) and its share of a decode step
+                **draft_fields(drafts_ms[cell], run_steps[cell], 1000 * decode / steps),
                 "load_s": round(eng.load_s, 1),
                 "decode_timing": "step_outputs",
                 "decode_s_samples": [round(x[1], 4) for x in samples[cell]],
@@ -953,6 +993,12 @@ def main() -> None:
         )
         p.add_argument("--mode", choices=["graphs", "eager"], default="graphs")
         p.add_argument("--dtype", default="bfloat16")
+        p.add_argument(
+            "--attention",
+            choices=["default", "FA4", "TRITON_ATTN"],
+            default="default",
+            help="attention backend: vLLM's choice, FA4 (FLASH_ATTN version 4) or TRITON_ATTN",
+        )
         p.add_argument("--mem", type=float, default=0.85)
         p.add_argument("--tp", type=int, default=1, help="tensor parallel size (GPUs)")
         p.add_argument("--shapes", default="models/shapes")
