@@ -1,0 +1,35 @@
+"""bench/gpu_queue.sh: a detached queue keeps going past a failed step and copies its
+rows and logs out on every wait."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_queue.sh"
+
+
+def test_queue_runs_every_step_and_copies_rows(tmp_path: Path) -> None:
+    plan = tmp_path / "plan"
+    plan.write_text(
+        "# a comment\necho first > $Q/rows/r.jsonl\nexit 3\necho second >> $Q/rows/r.jsonl\n"
+    )
+    env = {
+        **os.environ,
+        "QUEUE_DIR": str(tmp_path / "q"),
+        "OUT": str(tmp_path / "out"),
+        "QUEUE_POLL_S": "1",
+    }
+    run = subprocess.run(
+        ["bash", str(SCRIPT), "start", str(plan)], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert "3 steps" in run.stdout
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "wait", "30"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "done" in done.stdout
+    assert "rc=3" in done.stdout  # the failed step is reported, and the next one still ran
+    assert (tmp_path / "out/queue/rows/r.jsonl").read_text() == "first\nsecond\n"
+    assert (tmp_path / "out/queue/03.log").exists()
