@@ -124,7 +124,7 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
     # The Gemma 4 assistant: draft heads (centroid and dense)
     "vllm.model_executor.models.gemma4_mtp.Gemma4MTP": (
         "masked_embedding", "get_top_tokens", "lm_head", "logits_processor",
-        "_get_full_lm_head_weight",
+        "_get_full_lm_head_weight", "_suppress_idx",
     ),
     "vllm.model_executor.models.gemma4_mtp.Gemma4MTPMaskedEmbedder": (
         "centroids", "centroid_intermediate_top_k", "token_ordering", "num_centroids",
@@ -160,6 +160,17 @@ OBJECT_CALLS: dict[tuple[str, str], tuple[int, tuple[str, ...]]] = {
         (),
     ),
 }
+
+#: module-level names the plugin reads through the module object (a patch body's
+#: ``mod.X``, a lazily read env var): an import check does not see them
+MODULE_NAMES: dict[str, tuple[str, ...]] = {
+    # patches/graph_candidates.py swaps this name while _init_candidates runs
+    "vllm.v1.worker.gpu.cudagraph_utils": (
+        "CUDAGraphMode", "CudaGraphManager", "build_dynamic_sd_schedule_lookup",
+    ),
+    # config._v1_runner_forced
+    "vllm.envs": ("VLLM_USE_V2_MODEL_RUNNER",),
+}  # fmt: skip
 
 #: functions whose parameters a patch re-declares: their names must stay as upstream's
 PATCHED_SIGNATURES = {
@@ -327,6 +338,13 @@ def test_patch_targets_exist(src: VllmSource) -> None:
             if not src.exists(f"{module}.{symbol}"):
                 problems.append(f"patch target {module}.{symbol} is gone")
     assert not problems, f"vLLM {src.version}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("module, names", sorted(MODULE_NAMES.items()))
+def test_module_names_exist(src: VllmSource, module: str, names: tuple[str, ...]) -> None:
+    assert src.module_file(module) is not None, f"vLLM {src.version} has no module {module}"
+    missing = [n for n in names if src.resolve(module, n)[1] == "missing"]
+    assert not missing, f"vLLM {src.version} {module} has no {missing}"
 
 
 @pytest.mark.parametrize("dotted, names", sorted(PATCHED_SIGNATURES.items()))
