@@ -1,23 +1,32 @@
-"""Check the plugin's vLLM surface against a given vLLM release, without installing it.
+"""Check the plugin's vLLM surface against a vLLM release or source tree, without installing it.
 
-``python -m tools.check_vllm 0.33.0`` downloads the ``vllm`` wheel from PyPI (``--no-deps``)
-into ``.vllm-src/<version>/``, extracts its Python sources there, checks that every
-``vllm`` import of the plugin resolves in them, and runs tests/unit/test_vllm_surface.py
-against them. Nothing is imported from that tree and no GPU is needed.
+``python -m tools.check_vllm 0.34.0`` downloads the ``vllm`` wheel from PyPI (``--no-deps``)
+into ``.vllm-src/<version>/`` and extracts its Python sources there.
+``python -m tools.check_vllm main --src DIR`` reads an unreleased tree instead: DIR is a
+directory holding ``vllm/`` (a checkout of vLLM's main branch, read as it is) or a git
+directory (a bare clone), whose ``vllm/**.py`` at ``--rev`` (default HEAD) are extracted
+into ``.vllm-src/main@<commit>/``. A checkout has no version, so the first argument labels
+it (with the commit where git knows it).
+
+Either way it checks that every ``vllm`` import of the plugin resolves in those sources and
+runs tests/unit/test_vllm_surface.py against them. Nothing is imported from that tree and
+no GPU is needed.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 from tools.plugin_surface import import_problems, plugin_modules, vllm_imports
-from tools.vllm_source import VLLM_SRC_ENV, VllmSource
+from tools.vllm_source import VLLM_LABEL_ENV, VLLM_SRC_ENV, VllmSource
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".vllm-src"
@@ -45,14 +54,73 @@ def fetch_sources(version: str, dest: Path) -> Path:
     return src
 
 
+def _git(git_dir: Path, *args: str) -> bytes:
+    proc = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True)
+    if proc.returncode != 0:
+        sys.exit(f"git {' '.join(args)} in {git_dir} failed:\n{proc.stderr.decode()}")
+    return proc.stdout
+
+
+def is_git_dir(path: Path) -> bool:
+    return (path / "HEAD").is_file() and (path / "objects").is_dir()
+
+
+def git_sources(git_dir: Path, rev: str, label: str) -> tuple[Path, str]:
+    """``vllm/**.py`` of ``rev`` in the git directory ``git_dir``, extracted once under
+    ``.vllm-src/<label>@<commit>/src``; returns (that directory, the label with commit)."""
+    commit = _git(git_dir, "rev-parse", "--verify", f"{rev}^{{commit}}").decode().strip()
+    tagged = f"{label}@{commit[:12]}"
+    src = CACHE / tagged / "src"
+    marker = src / ".extracted"
+    if marker.is_file():
+        return src, tagged
+    archive = _git(git_dir, "archive", "--format=tar", commit, "vllm")
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tf:
+        members = [m for m in tf.getmembers() if m.isfile() and m.name.endswith(".py")]
+        # Python >= 3.12 (and 3.11.4) refuses links and absolute paths with "data"
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tf.extractall(src, members=members, **safe)  # type: ignore[arg-type]
+    marker.write_text(commit)
+    return src, tagged
+
+
+def resolve_tree(label: str, src_arg: str | None, rev: str) -> tuple[Path, str | None]:
+    """(directory holding ``vllm/``, label for a tree without a version or None)."""
+    if src_arg is None:
+        return fetch_sources(label, CACHE / label), None
+    path = Path(src_arg).resolve()
+    if (path / "vllm" / "__init__.py").is_file():  # a checkout: read its working tree
+        if is_git_dir(path / ".git"):
+            head = _git(path / ".git", "rev-parse", "HEAD").decode().strip()
+            label = f"{label}@{head[:12]}"
+        return path, label
+    if is_git_dir(path):
+        return git_sources(path, rev, label)
+    sys.exit(f"--src {path}: neither a directory holding vllm/ nor a git directory")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("version", help="vLLM release on PyPI, e.g. 0.33.0")
+    parser.add_argument(
+        "version", help="vLLM release on PyPI (e.g. 0.34.0), or a label for --src (e.g. main)"
+    )
+    parser.add_argument(
+        "--src", help="a vLLM checkout (directory holding vllm/) or git directory to read"
+    )
+    parser.add_argument("--rev", default="HEAD", help="commit to read when --src is a git dir")
+    parser.add_argument(
+        "--tb", default="short", help="pytest traceback style (short, line, no, long)"
+    )
     args = parser.parse_args(argv)
 
-    root = fetch_sources(args.version, CACHE / args.version)
+    root, label = resolve_tree(args.version, args.src, args.rev)
+    env = {**os.environ, VLLM_SRC_ENV: str(root)}
+    if label is not None:
+        env[VLLM_LABEL_ENV] = label
+        os.environ[VLLM_LABEL_ENV] = label  # for the import check below
     src = VllmSource(root)
-    print(f"vLLM {src.version} sources: {root.relative_to(REPO)}")
+    shown = root.relative_to(REPO) if root.is_relative_to(REPO) else root
+    print(f"vLLM {src.version} sources: {shown}")
 
     imports = vllm_imports(plugin_modules())
     problems = import_problems(src, imports)
@@ -62,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems:
         print(f"  {p}")
 
-    env = {**os.environ, VLLM_SRC_ENV: str(root)}
     test = "tests/unit/test_vllm_surface.py"
-    rc = subprocess.call([sys.executable, "-m", "pytest", test, "-q", "-rxs"], cwd=REPO, env=env)
+    cmd = [sys.executable, "-m", "pytest", test, "-q", "-rfxs", f"--tb={args.tb}"]
+    rc = subprocess.call(cmd, cwd=REPO, env=env)
     return 1 if problems or rc else 0
 
 

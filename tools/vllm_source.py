@@ -1,8 +1,10 @@
 """A static index of a vLLM source tree: modules, classes, members and signatures via ``ast``.
 
-Nothing is imported, so it reads trees that are not installed (an extracted wheel) and
-modules that need CUDA to import. ``VLLM_SRC_ENV`` names a directory holding ``vllm/``;
-unset, the installed vllm is read.
+Nothing is imported, so it reads trees that are not installed (an extracted wheel, a git
+checkout of vLLM's main branch) and modules that need CUDA to import. ``VLLM_SRC_ENV``
+names a directory holding ``vllm/``; unset, the installed vllm is read. A checkout has no
+``vllm/_version.py`` (setuptools-scm writes it at build time): ``VLLM_LABEL_ENV`` then
+names the tree, e.g. ``main@055e47c``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from functools import cache
 from pathlib import Path
 
 VLLM_SRC_ENV = "FROZEN_KV_MTP_VLLM_SRC"
+VLLM_LABEL_ENV = "FROZEN_KV_MTP_VLLM_LABEL"
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 #: ``__version__ = "0.33.0"`` (or ``version: str = ...``) in vllm/_version.py
@@ -164,14 +167,19 @@ class VllmSource:
 
     @property
     def version(self) -> str:
-        """``X.Y.Z`` of the tree (local suffixes such as ``+cpu`` dropped)."""
-        for name in ("_version.py", "version.py"):
-            path = self.root / "vllm" / name
-            if path.is_file():
-                m = _VERSION.search(path.read_text())
-                if m:
-                    return re.split(r"[+]", m.group(1))[0]
-        raise RuntimeError(f"no version in {self.root / 'vllm'}")
+        """``X.Y.Z`` of the tree (local suffixes such as ``+cpu`` dropped), or for a
+        tree without ``_version.py`` (a git checkout, whose version.py says "dev") the
+        label in ``$FROZEN_KV_MTP_VLLM_LABEL``."""
+        path = self.root / "vllm" / "_version.py"
+        m = _VERSION.search(path.read_text()) if path.is_file() else None
+        if m:
+            return re.split(r"[+]", m.group(1))[0]
+        label = os.environ.get(VLLM_LABEL_ENV)
+        if label:
+            return label
+        raise RuntimeError(
+            f"no vllm/_version.py under {self.root} (a checkout?): set {VLLM_LABEL_ENV}"
+        )
 
     # ---- modules ---------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import pytest
 
 from tools.plugin_surface import (
     PACKAGE,
+    PluginClass,
     methods,
     override_problems,
     own_attrs,
@@ -35,7 +36,7 @@ from tools.plugin_surface import (
 )
 from tools.plugin_surface import function_calls as vllm_function_calls
 from tools.plugin_surface import import_problems as vllm_import_problems
-from tools.vllm_source import VllmSource, signature, source_sha256
+from tools.vllm_source import ClassInfo, VllmSource, signature, source_sha256
 
 SUPPORTED = ("0.32.0", "0.33.0")
 
@@ -123,7 +124,7 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
     # The Gemma 4 assistant: draft heads (centroid and dense)
     "vllm.model_executor.models.gemma4_mtp.Gemma4MTP": (
         "masked_embedding", "get_top_tokens", "lm_head", "logits_processor",
-        "_get_full_lm_head_weight",
+        "_get_full_lm_head_weight", "_suppress_idx",
     ),
     "vllm.model_executor.models.gemma4_mtp.Gemma4MTPMaskedEmbedder": (
         "centroids", "centroid_intermediate_top_k", "token_ordering", "num_centroids",
@@ -159,6 +160,17 @@ OBJECT_CALLS: dict[tuple[str, str], tuple[int, tuple[str, ...]]] = {
         (),
     ),
 }
+
+#: module-level names the plugin reads through the module object (a patch body's
+#: ``mod.X``, a lazily read env var): an import check does not see them
+MODULE_NAMES: dict[str, tuple[str, ...]] = {
+    # patches/graph_candidates.py swaps this name while _init_candidates runs
+    "vllm.v1.worker.gpu.cudagraph_utils": (
+        "CUDAGraphMode", "CudaGraphManager", "build_dynamic_sd_schedule_lookup",
+    ),
+    # config._v1_runner_forced
+    "vllm.envs": ("VLLM_USE_V2_MODEL_RUNNER",),
+}  # fmt: skip
 
 #: functions whose parameters a patch re-declares: their names must stay as upstream's
 PATCHED_SIGNATURES = {
@@ -289,7 +301,8 @@ def modules() -> dict[str, ast.Module]:
 
 def test_supported_version(src: VllmSource) -> None:
     assert src.version in SUPPORTED, (
-        f"vLLM {src.version} is not in {SUPPORTED}: review the pinned methods and add it"
+        f"vLLM {src.version} is not in {SUPPORTED}: review the pinned methods and add it "
+        "(docs/upstream.md lists what changed in the releases after them)"
     )
 
 
@@ -327,6 +340,13 @@ def test_patch_targets_exist(src: VllmSource) -> None:
     assert not problems, f"vLLM {src.version}:\n" + "\n".join(problems)
 
 
+@pytest.mark.parametrize("module, names", sorted(MODULE_NAMES.items()))
+def test_module_names_exist(src: VllmSource, module: str, names: tuple[str, ...]) -> None:
+    assert src.module_file(module) is not None, f"vLLM {src.version} has no module {module}"
+    missing = [n for n in names if src.resolve(module, n)[1] == "missing"]
+    assert not missing, f"vLLM {src.version} {module} has no {missing}"
+
+
 @pytest.mark.parametrize("dotted, names", sorted(PATCHED_SIGNATURES.items()))
 def test_patched_signatures(src: VllmSource, dotted: str, names: tuple[str, ...]) -> None:
     holder, _, name = dotted.rpartition(".")
@@ -335,7 +355,7 @@ def test_patched_signatures(src: VllmSource, dotted: str, names: tuple[str, ...]
         assert fn is not None, f"{dotted} is gone in vLLM {src.version}"
         sig = signature(fn, is_method=False)
     else:
-        found = src.method(src.cls(holder), name)
+        found = _method_or_none(src, holder, name)
         assert found is not None, f"{dotted} is gone in vLLM {src.version}"
         sig = signature_of(found[1])
     assert sig.positional == names, (
@@ -343,19 +363,44 @@ def test_patched_signatures(src: VllmSource, dotted: str, names: tuple[str, ...]
     )
 
 
+def _method_or_none(
+    src: VllmSource, holder: str, name: str
+) -> tuple[ClassInfo, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+    """``holder.name`` (a class's method), or None when the class or its module is gone."""
+    try:
+        return src.method(src.cls(holder), name)
+    except LookupError:
+        return None
+
+
+def _missing_bases(src: VllmSource, c: PluginClass) -> list[str]:
+    out = []
+    for base in c.bases:
+        try:
+            src.cls(base)
+        except LookupError:
+            out.append(base)
+    return out
+
+
+def _with_bases(src: VllmSource, modules: dict[str, ast.Module]) -> list[PluginClass]:
+    """Plugin classes whose vLLM bases all exist (a missing base is reported once, by
+    test_subclassed_vllm_classes_exist, and does not hide the other classes' problems)."""
+    return [c for c in plugin_classes(modules) if not _missing_bases(src, c)]
+
+
 def test_subclassed_vllm_classes_exist(src: VllmSource, modules: dict[str, ast.Module]) -> None:
     classes = plugin_classes(modules)
     assert {V1, V2} <= {c.where for c in classes}
-    for c in classes:
-        for base in c.bases:
-            src.cls(base)  # raises with the class's name
+    missing = [f"{c.where} subclasses {b}: gone" for c in classes for b in _missing_bases(src, c)]
+    assert not missing, f"vLLM {src.version}:\n" + "\n".join(missing)
 
 
 def test_overrides_accept_upstream_arguments(
     src: VllmSource, modules: dict[str, ast.Module]
 ) -> None:
     problems, count = [], 0
-    for c in plugin_classes(modules):
+    for c in _with_bases(src, modules):
         for name, fn in methods(c.node).items():
             if name.startswith("__") and name != "__init__":
                 continue
@@ -367,13 +412,13 @@ def test_overrides_accept_upstream_arguments(
             for p in override_problems(signature_of(fn), signature_of(parent)):
                 if (f"{c.where}.{name}", p) not in REVIEWED_OVERRIDES:
                     problems.append(f"{c.where}.{name} overrides {owner.path}.{name}: {p}")
-    assert count >= 15
+    assert count >= 15 or src.version not in SUPPORTED
     assert not problems, f"vLLM {src.version}:\n" + "\n".join(problems)
 
 
 def test_parent_attributes_exist(src: VllmSource, modules: dict[str, ast.Module]) -> None:
     problems = []
-    for c in plugin_classes(modules):
+    for c in _with_bases(src, modules):
         bases = [src.cls(b) for b in c.bases]
         needed = (self_reads(c.node) - own_attrs(c.node)) | set(WRITTEN_FOR_PARENT.get(c.where, ()))
         for attr in sorted(needed):
@@ -384,20 +429,24 @@ def test_parent_attributes_exist(src: VllmSource, modules: dict[str, ast.Module]
 
 def test_calls_into_parents_bind(src: VllmSource, modules: dict[str, ast.Module]) -> None:
     problems, count = [], 0
-    for c in plugin_classes(modules):
+    for c in _with_bases(src, modules):
         for name, call in parent_calls(c):
             if call.target.startswith(("self.", "super().")):
                 found = parent_method(src, c, name)
             else:
                 cls_path = c.imports[call.target.split(".")[0]]
-                found = src.method(src.cls(cls_path), name)
+                try:
+                    found = src.method(src.cls(cls_path), name)
+                except LookupError:
+                    problems.append(f"{call.where} {call.target}(...): {cls_path} is gone")
+                    continue
             if found is None:
                 continue  # an attribute, not a method: test_parent_attributes_exist
             count += 1
             sig = signature_of(found[1])
             for p in sig.call_problems(call.n_positional, set(call.keywords), call.star):
                 problems.append(f"{call.where} {call.target}(...) -> {found[0].path}: {p}")
-    assert count >= 10
+    assert count >= 10 or src.version not in SUPPORTED
     assert not problems, f"vLLM {src.version}:\n" + "\n".join(problems)
 
 
@@ -457,12 +506,15 @@ def test_mirrored_upstream_unchanged(src: VllmSource, key: tuple[str, str]) -> N
     if src.module_file(holder) is not None:  # a module-level function
         fn, where = src.function(f"{holder}.{name}"), holder
     else:
-        found = src.method(src.cls(holder), name)
+        found = _method_or_none(src, holder, name)
         fn, where = (found[1], found[0].path) if found else (None, holder)
     assert fn is not None, f"vLLM {src.version} {holder}.{name} is gone; review: {review}"
     got = source_sha256(fn)
+    # Code identical to a reviewed version keeps that review, whatever the release.
+    reviewed = [v for v, sha in shas.items() if sha == got]
     want = shas.get(src.version)
-    assert got == want, (
-        f"vLLM {src.version}: {where}.{name} changed (sha256 {got}, pinned {want}).\n"
+    assert got == want or reviewed, (
+        f"vLLM {src.version}: {where}.{name} differs from every reviewed version "
+        f"({', '.join(shas)}; sha256 {got}).\n"
         f"Review: {review}.\nThen pin the new hash for {src.version} in {Path(__file__).name}."
     )
