@@ -22,6 +22,8 @@ class RequestRecord:
     outcome: str
     output_tokens: int = 0
     sampled: bool = False
+    #: what went wrong (the error body or exception), for failed requests
+    detail: str | None = None
 
     @property
     def latency(self) -> float:
@@ -288,4 +290,9 @@ def totals(records: Sequence[RequestRecord], samples: Sequence[Sample]) -> dict[
         "k_histogram": dict(sorted((_at(ordered, None, "rounds_by_k") or {}).items())),
         "graph_misses": _at(ordered, None, "graph_misses"),
         "target_graph_modes": dict(_at(ordered, None, "target_graph_modes") or {}),
+        "error_examples": [
+            {"outcome": r.outcome, "start_s": round(r.start, 1), "detail": r.detail}
+            for r in records
+            if r.outcome not in (OK, ABORTED)
+        ][:10],
     }
