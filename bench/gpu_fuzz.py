@@ -89,6 +89,7 @@ def checks(
     """The run's pass conditions beyond the fuzzer's own summary."""
     return {
         "fuzz_summary_passed": bool(summary["passed"]),
+        "all_requests_sent": summary["sent"] == summary["requests"],
         "servers_alive_to_the_end": alive and not seen.get("engine_death_lines"),
         "mode_as_asked": not mismatched_mode and seen.get("runner") is not None,
         "drafted": drafts > 0,
@@ -266,7 +267,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n", type=int, default=2000, help="seeded requests")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-seconds", type=float, default=1200.0, help="stop sending after this")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=360.0,
+        help="stop sending after this (a guard: the row then fails all_requests_sent)",
+    )
     p.add_argument(
         "--compare",
         action=argparse.BooleanOptionalAction,

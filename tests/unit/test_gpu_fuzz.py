@@ -228,6 +228,7 @@ def test_probe_dist_declares_the_entry_point(tmp_path: Path) -> None:
 def _summary(**kw: Any) -> dict[str, Any]:
     s: dict[str, Any] = {
         "passed": True,
+        "requests": 10,
         "sent": 10,
         "outcomes": {"ok": 8, "refused_4xx": 2},
         "engine_deaths": 0,
@@ -257,6 +258,7 @@ def test_checks_pass_and_each_one_fails_alone() -> None:
     assert all(_checks().values())
     cases: list[tuple[dict[str, Any], str]] = [
         ({"summary": _summary(passed=False)}, "fuzz_summary_passed"),
+        ({"summary": _summary(sent=9)}, "all_requests_sent"),
         ({"alive": False}, "servers_alive_to_the_end"),
         ({"seen": {"runner": "v2", "engine_death_lines": 1}}, "servers_alive_to_the_end"),
         ({"mismatched_mode": ["runner"]}, "mode_as_asked"),
