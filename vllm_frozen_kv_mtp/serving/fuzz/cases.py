@@ -28,6 +28,8 @@ JSON_SCHEMA = {
 }
 REGEX = r"[a-z]{2,6}_[0-9]{1,3}"
 CHOICES = ["yes", "no", "maybe"]
+#: Gemma 4's recommended sampling (its model cards), what most sampled traffic will send
+GEMMA_RECOMMENDED: dict[str, Any] = {"temperature": 1.0, "top_p": 0.95, "top_k": 64}
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,14 @@ def _prompt(rng: random.Random, lim: Limits, chat: bool) -> tuple[Any, str, str]
 
 
 def _sampling(rng: random.Random, lim: Limits) -> dict[str, Any]:
-    p: dict[str, Any] = {"temperature": rng.choice([0.0] * 4 + [0.3, 0.7, 1.0, 1.0, 1.5, 2.0])}
+    if rng.random() < 0.1:
+        p: dict[str, Any] = dict(GEMMA_RECOMMENDED)
+        if rng.random() < 0.3:
+            p["n"] = rng.randint(2, 3)
+        if rng.random() < 0.4:
+            p["seed"] = rng.randrange(-(2**31), 2**31)
+        return p
+    p = {"temperature": rng.choice([0.0] * 4 + [0.3, 0.7, 1.0, 1.0, 1.5, 2.0])}
     greedy = p["temperature"] == 0.0
     if rng.random() < 0.5:
         p["top_p"] = rng.choice([0.01, 0.5, 0.9, 0.95, 1.0])
@@ -193,6 +202,8 @@ def generate(n: int, model: str, *, seed: int = 0, limits: Limits | None = None)
             payload.update(upd)
             expect, stream = "refuse", bool(payload.get("stream", stream))
             tags.append(f"invalid:{tag}")
+        if all(payload.get(k) == v for k, v in GEMMA_RECOMMENDED.items()):
+            tags.append("sampling:gemma_recommended")
         payload["stream"] = stream
         if not stream:
             payload.pop("stream_options", None)
