@@ -16,7 +16,7 @@ export VLLM_NO_USAGE_STATS ?= 1
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: install demo test test-fast test-serving lint bench-cpu fixtures clean help check-vllm fuzz
+.PHONY: install demo test test-fast test-serving lint bench-cpu fixtures clean help check-vllm fuzz gpu-fuzz soak
 
 help:
 	@echo "make demo         run frozen_kv_mtp on a tiny Gemma 4 pair (CPU), next to no speculation"
@@ -24,6 +24,8 @@ help:
 	@echo "make test-fast    unit tests only (no engine)"
 	@echo "make test-serving OpenAI server and Ray Serve tests on loopback"
 	@echo "make fuzz         seeded request fuzzer against the OpenAI server (FUZZ_N=1000 FUZZ_SEED=0)"
+	@echo "make gpu-fuzz     GPU: the fuzzer against plain and auto frozen_kv_mtp vllm serve (GPU_FUZZ_DTYPE=float32)"
+	@echo "make soak         GPU: 20-minute soak of an auto frozen_kv_mtp server on E4B shapes (SOAK_MINUTES=20)"
 	@echo "make bench-cpu    CPU benchmark: none vs mtp vs frozen_kv_mtp -> bench/results/cpu.json"
 	@echo "make lint         ruff + mypy"
 	@echo "make check-vllm VLLM=0.33.0  the plugin's vLLM surface against that release's sources (no install)"
@@ -93,3 +95,13 @@ FUZZ_CONCURRENCY ?= 8
 fuzz: install
 	$(PY) -m vllm_frozen_kv_mtp.serving.fuzz --n $(FUZZ_N) --seed $(FUZZ_SEED) \
 		--max-seconds $(FUZZ_SECONDS) --concurrency $(FUZZ_CONCURRENCY) $(if $(FUZZ_OUT),--out $(FUZZ_OUT))
+
+# GPU host targets: no `install` prerequisite, since a GPU host brings its own vLLM
+# (docs/serving.md, "Fuzz and soak on a GPU server").
+GPU_FUZZ_DTYPE ?= float32
+SOAK_MINUTES ?= 20
+gpu-fuzz:
+	$(PYTHON) -m bench.gpu_fuzz --dtype $(GPU_FUZZ_DTYPE) --n 2000 --concurrency 32 --out bench/results/gpu_fuzz.json
+
+soak:
+	$(PYTHON) -m bench.soak --minutes $(SOAK_MINUTES) --out bench/results/gpu_soak.json
