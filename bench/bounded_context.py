@@ -30,7 +30,8 @@ Regimes (``--regimes``):
 * ``generated``: a long answer. The pair's held-out eval prompts (24 to 96 tokens),
   greedily continued past ``context``.
 
-Rounds are drafted at every position of the last ``--generate`` tokens. Confidence
+A round is drafted at each position from the prompt's last token on that leaves ``k``
+tokens of the ``--generate``-token answer to match (``generate - k`` rounds). Confidence
 intervals are a bootstrap over sequences (rounds of one sequence are correlated) of
 the paired difference against the unbounded drafter on the same rounds.
 """
