@@ -21,8 +21,10 @@ import contextlib
 import logging
 import os
 import shlex
+import socket
 import sys
 import tempfile
+import urllib.parse
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -84,6 +86,11 @@ def _check(req: Request, names: dict[str, str]) -> str:
     if isinstance(spec.get("model"), str):
         spec["model"] = names.get(spec["model"], spec["model"])
     _check_vllm_version()
+    hub_ids = [
+        n for n in (target, spec.get("model")) if isinstance(n, str) and not _looks_like_path(n)
+    ]
+    if hub_ids:
+        _go_offline_without_network()
     hf_config = _read_config(req, target, "target", names)
     if spec.get("method") == METHOD and isinstance(spec.get("model"), str):
         _read_config(req, spec["model"], "assistant", names)
@@ -158,7 +165,9 @@ def _unreadable(req: Request, name: str, role: str, e: Exception, names: dict[st
         )
     from vllm_frozen_kv_mtp.fixtures.shapes import SHAPES
 
-    if _hub_offline():
+    if _NO_NETWORK:
+        why = f"no connection to {_hub_host()[0]}, and it is not in the local hub cache"
+    elif _hub_offline():
         why = "HF_HUB_OFFLINE=1 and it is not in the local hub cache"
     else:
         why = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
@@ -177,11 +186,34 @@ def _unreadable(req: Request, name: str, role: str, e: Exception, names: dict[st
 
 
 def _hub_offline() -> bool:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as huggingface_hub reads it."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.upper() in ("1", "ON", "YES", "TRUE")
+
+
+#: set when the hub's host did not answer: configs then come from the local cache only
+_NO_NETWORK = False
+
+
+def _hub_host() -> tuple[str, int]:
+    url = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+
+
+def _go_offline_without_network(timeout: float = 3.0) -> None:
+    """Without a network, huggingface_hub retries each request five times with back-off
+    (about 25 s) and logs every retry before it falls back to its cache; one TCP connect
+    to the hub says the same in a moment. Behind a proxy the client is left to try."""
+    global _NO_NETWORK
+    proxies = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+    if _hub_offline() or any(os.environ.get(v) for v in proxies):
+        return
     try:
-        from huggingface_hub import constants
-    except ImportError:
-        return False
-    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+        socket.create_connection(_hub_host(), timeout=timeout).close()
+    except OSError:
+        # read before huggingface_hub is imported, so it holds for transformers and vLLM
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        _NO_NETWORK = True
 
 
 @contextlib.contextmanager
@@ -366,6 +398,7 @@ def _quiet(verbose: bool) -> Iterator[None]:
         return
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")
     for name in ("torch", "transformers", "huggingface_hub"):
         logging.getLogger(name).setLevel(logging.ERROR)
     with warnings.catch_warnings():

@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -22,13 +23,14 @@ CLI = [sys.executable, "-m", "vllm_frozen_kv_mtp.cli"]
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run(
         [*CLI, *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=REPO,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        env={k: v for k, v in full_env.items() if v != ""},  # "" unsets
     )
 
 
@@ -151,6 +153,20 @@ def test_hub_id_offline_is_one_line_whose_command_works() -> None:
     assert _only_line(ok.stdout).startswith(
         "ok: frozen_kv_mtp, assistant google/gemma-4-E4B-it-assistant, k chosen each step in 0..7"
     ), ok.stdout
+
+
+def test_hub_id_without_network_is_one_line_in_seconds() -> None:
+    """No HF_HUB_OFFLINE and no route to the hub (here: a closed local port as its
+    endpoint): huggingface_hub would retry for about 25 s, logging each retry; one line."""
+    env = {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    spec = _spec("google/gemma-4-31B-it-assistant")
+    t0 = time.monotonic()
+    r = _cli("check-config", "google/gemma-4-31B-it", spec, env=env)
+    assert r.returncode == 2, r.stderr[-2000:]
+    line = _only_line(r.stderr)
+    assert "(no connection to 127.0.0.1, and it is not in the local hub cache)" in line, line
+    assert line.endswith(f"check-config --shape google/gemma-4-31B-it '{spec}'"), line
+    assert time.monotonic() - t0 < 120  # not five retries with back-off per file
 
 
 def test_shape_by_size_refuses_a_mismatched_assistant_naming_hub_ids() -> None:
