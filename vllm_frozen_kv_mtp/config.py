@@ -8,8 +8,11 @@ and each message names the problem and the fix.
 from __future__ import annotations
 
 import difflib
+import json
 import logging
+import os
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from vllm_frozen_kv_mtp import METHOD
@@ -170,6 +173,62 @@ def _check_keys(cfg: dict[str, Any]) -> None:
         )
 
 
+def _check_method_typo(method: Any) -> None:
+    """A near miss of our name would reach vLLM's parser, whose error ("1 validation error
+    for SpeculativeConfig") does not say what was meant."""
+    if not isinstance(method, str):
+        return
+    spelled = method.strip().lower().replace("-", "_").replace(" ", "_")
+    if spelled == METHOD or difflib.get_close_matches(spelled, [METHOD], n=1, cutoff=0.8):
+        raise FrozenKVMTPConfigError(
+            f"speculative method {method!r} is not a method vLLM knows.",
+            f'did you mean "method": "{METHOD}"?',
+        )
+
+
+def _missing_model_fix(target_model_config: Any) -> str:
+    """The fix for a missing "model": the target's own assistant where it can be named."""
+    target = str(getattr(target_model_config, "model", "") or "")
+    hidden = getattr(
+        text_config(getattr(target_model_config, "hf_config", None)), "hidden_size", None
+    )
+    assistant = assistant_for(target, hidden)
+    if assistant is not None:
+        return f'add "model": "{assistant}" (the assistant of {target}).'
+    return (
+        'add "model": the target\'s Gemma 4 assistant (published as '
+        "google/gemma-4-<size>-it-assistant, e.g. google/gemma-4-31B-it-assistant)."
+    )
+
+
+def assistant_for(target: str, hidden_size: int | None) -> str | None:
+    """The assistant that goes with ``target``: ``<hub id>-assistant`` for a Gemma 4 hub id;
+    for a local directory, the sibling directory holding a Gemma 4 assistant for that
+    hidden size whose name is closest to ``<target>-assistant``; else None."""
+    path = Path(target)
+    if not path.is_dir():
+        if "gemma-4" in target.lower() and target.count("/") == 1:
+            return f"{target}-assistant"
+        return None
+    candidates = []
+    for sibling in sorted(path.resolve().parent.iterdir()):
+        try:
+            cfg = json.loads((sibling / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if cfg.get("model_type") not in GEMMA4_ASSISTANT_TYPES:
+            continue
+        if hidden_size is not None and cfg.get("backbone_hidden_size") != hidden_size:
+            continue
+        candidates.append(sibling.name)
+    if not candidates:
+        return None
+    want = f"{path.resolve().name}-assistant"
+    best = max(candidates, key=lambda n: difflib.SequenceMatcher(None, want, n).ratio())
+    found = path.resolve().parent / best
+    return str(found) if path.is_absolute() else os.path.relpath(found)
+
+
 def _check_k(k: Any, key: str = "num_speculative_tokens") -> int:
     auto_hint = ', or "auto" (k chosen each step)' if key == "num_speculative_tokens" else ""
     if isinstance(k, bool) or not isinstance(k, int):
@@ -317,16 +376,15 @@ def translate_speculative_config(
         return None
     cfg = {str(k).replace("-", "_"): v for k, v in raw.items()}
     if cfg.get("method") != METHOD:
+        _check_method_typo(cfg.get("method"))
         return None
 
     _check_keys(cfg)
     model = cfg.get("model")
     if not model:
-        target = getattr(target_model_config, "model", "<target>")
         raise FrozenKVMTPConfigError(
             'the speculative config has no assistant "model".',
-            f'add "model": "<the target\'s assistant>", e.g. "{target}-assistant" '
-            "(Gemma 4 assistants are published as google/gemma-4-<size>-it-assistant).",
+            _missing_model_fix(target_model_config),
         )
     pp = getattr(target_parallel_config, "pipeline_parallel_size", 1)
     if pp > 1:

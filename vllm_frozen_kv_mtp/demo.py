@@ -5,8 +5,8 @@
 
 Runs the same greedy prompts twice through vLLM's real engine (in-process), once
 without speculation and once with ``{"method": "frozen_kv_mtp", ...}``, and prints
-the text, whether the outputs are token-identical, vLLM's acceptance metrics and
-tokens/s.
+the text, whether the outputs are token-identical, vLLM's acceptance metrics, the
+drafter's own counters (the line an offline engine logs at exit) and tokens/s.
 """
 
 from __future__ import annotations
@@ -79,10 +79,20 @@ def _run(target: str, spec: dict[str, Any] | None, max_tokens: int) -> dict[str,
         "text": [o.outputs[0].text for o in outs],
         "tokens_per_s": n / seconds,
         "metrics": acceptance(spec_metrics(llm)) if spec else None,
+        # the drafter's own counters: the line an engine logs when its process exits
+        # (this engine is deleted before then, so the demo prints it)
+        "drafter": _drafter_summary(llm) if spec else None,
     }
     del llm
     gc.collect()
     return result
+
+
+def _drafter_summary(llm: Any) -> str | None:
+    from vllm_frozen_kv_mtp.instrument import drafter
+
+    stats = getattr(drafter(llm), "frozen_stats", None)
+    return stats.summary() if stats is not None else None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -114,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "per-position acceptance: " + " / ".join(f"{x:.2f}" for x in m["per_position_acceptance"])
     )
+    if fast["drafter"]:
+        print(fast["drafter"])
     print(
         f"tokens/s: no speculation {base['tokens_per_s']:.1f}, frozen_kv_mtp "
         f"{fast['tokens_per_s']:.1f} ({fast['tokens_per_s'] / base['tokens_per_s']:.2f}x)"

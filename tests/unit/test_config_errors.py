@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import pair
+from tests.conftest import REPO, pair
 from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
 
 
@@ -98,11 +98,77 @@ def test_other_methods_untouched(fp32: tuple[str, str]) -> None:
     assert _engine_config(target, None).speculative_config is None
 
 
-def test_missing_model(fp32: tuple[str, str]) -> None:
-    target, _ = fp32
+def test_missing_model_names_the_targets_own_assistant(fp32: tuple[str, str]) -> None:
+    """The fix names the sibling assistant built for this target (models/ holds several
+    tiny pairs of the same hidden size; the closest name wins)."""
+    target, assistant = fp32
     _refused(
-        target, {"method": "frozen_kv_mtp", "num_speculative_tokens": 2}, '"model"', "-assistant"
+        target,
+        {"method": "frozen_kv_mtp", "num_speculative_tokens": 2},
+        'no assistant "model"',
+        f'add "model": "{assistant}"',
     )
+
+
+def test_missing_model_of_the_trained_pair_relative_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a user types it from the repository root: relative paths, and the trained
+    target's assistant is called ``assistant``, not ``target-assistant``."""
+    monkeypatch.chdir(REPO)
+    _refused(
+        "vllm_frozen_kv_mtp/fixtures/data/trained/target",
+        {"method": "frozen_kv_mtp"},
+        'add "model": "vllm_frozen_kv_mtp/fixtures/data/trained/assistant"',
+    )
+
+
+def test_assistant_for_hub_ids_and_lonely_directories(tmp_path: Path) -> None:
+    from vllm_frozen_kv_mtp.config import assistant_for
+
+    assert assistant_for("google/gemma-4-E4B-it", None) == "google/gemma-4-E4B-it-assistant"
+    assert assistant_for("meta-llama/Llama-3.1-8B", None) is None
+    (tmp_path / "target").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text(json.dumps({"model_type": "gemma4_text"}))
+    assert assistant_for(str(tmp_path / "target"), 128) is None
+    wrong_size = tmp_path / "assistant"
+    wrong_size.mkdir()
+    (wrong_size / "config.json").write_text(
+        json.dumps({"model_type": "gemma4_assistant", "backbone_hidden_size": 256})
+    )
+    assert assistant_for(str(tmp_path / "target"), 128) is None
+    assert assistant_for(str(tmp_path / "target"), 256) == str(wrong_size)
+
+
+@pytest.mark.parametrize(
+    "method", ["frozen-kv-mtp", "frozen_kv_mpt", "FROZEN_KV_MTP", "frozen_mtp"]
+)
+def test_method_typo_suggests_frozen_kv_mtp(fp32: tuple[str, str], method: str) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        {"method": method, "model": assistant},
+        f"speculative method {method!r}",
+        'did you mean "method": "frozen_kv_mtp"?',
+    )
+
+
+def test_no_vllm_method_reads_as_a_typo() -> None:
+    """Every method vLLM knows passes the typo check (they reach vLLM untouched)."""
+    import typing
+
+    import vllm.config  # noqa: F401 - vllm.config.speculative alone hits an import cycle
+    from vllm.config.speculative import SpeculativeMethod
+
+    from vllm_frozen_kv_mtp.config import _check_method_typo
+
+    def names(t: Any) -> list[str]:
+        args = typing.get_args(t)
+        return [n for a in args for n in names(a)] if args else [t]
+
+    methods = names(SpeculativeMethod)
+    assert "mtp" in methods and "eagle3" in methods
+    for method in methods:
+        _check_method_typo(method)
 
 
 def test_model_is_not_an_assistant(fp32: tuple[str, str]) -> None:
