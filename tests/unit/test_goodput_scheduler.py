@@ -198,3 +198,17 @@ def test_the_k_line_is_logged_when_the_engine_runs_dry(
         # the wait, and one when it ends
         burst(50, seconds=sched_mod.LOG_INTERVAL_S * 2.5)
         assert lines() == 5 and "steps=80" in caplog.records[-1].getMessage()
+
+
+def test_the_context_of_each_step_sets_the_cell() -> None:
+    """The mean computed tokens of a step's requests (cached and new) is the next
+    decision's context, read on every step, and a clean step's time lands in its cell."""
+    s = _scheduler(last=1.0)
+    _GoodputK._time_step(s, _output(8, verified=3, k=3, context=2000), now=1.02)
+    assert s.k_policy.context == 2000
+    assert set(s.k_policy.cost.seconds) == {((8, 3072), 3)}
+    s._last_step_end = None  # the first step after a wait: not timed, its context read
+    _GoodputK._time_step(s, _output(4, verified=0, k=0, prefill_tokens=50, context=40), now=2.0)
+    assert s.k_policy.context == 40 and len(s.k_policy.cost.seconds) == 1
+    s.k_policy.choose(8)  # what vLLM's lookup does next: decided for the cell of 40 tokens
+    assert s.k_policy._held_cell == cell_of(8, 40)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from vllm_frozen_kv_mtp.scheduling import cost_fit
+from vllm_frozen_kv_mtp.scheduling import cost_fit, step_cost
 from vllm_frozen_kv_mtp.scheduling.k_policy import PolicySettings
 from vllm_frozen_kv_mtp.scheduling.step_cost import StepCost, bucket, cell_of
 
@@ -195,3 +196,79 @@ def test_a_pair_not_compared_lately_is_outvoted_by_fresh_pairs() -> None:
     _run(cost, 4, [0.011025] * 5)
     _run(cost, 3, [0.0105] * 5)
     assert cost.relative(C8)[4] == pytest.approx(1.1025, rel=0.03)
+
+
+def test_one_edge_reads_between_1x_and_break_even() -> None:
+    """A burst on one side reads 10x, or the deeper k cheaper: one more draft never
+    makes a step cheaper, and past break-even ((1 + j) / (1 + i)) no reading could
+    change a choice, so one edge moves its pair no further."""
+    cost = StepCost(PolicySettings(k_max=3))
+    _run(cost, 1, [0.010] * 5)
+    _run(cost, 2, [0.100] * 5)  # a burst: 10x
+    _run(cost, 3, [0.010] * 5)  # the burst ended: 3 reads ten times cheaper than 2
+    ((_, up),) = cost.edges[C8][1, 2]
+    ((_, down),) = cost.edges[C8][2, 3]
+    assert up == pytest.approx(math.log(3 / 2)) and down == 0.0
+
+
+def test_the_curve_is_non_decreasing_and_no_draft_costs_past_break_even() -> None:
+    cost = StepCost(PolicySettings(k_max=4))
+    _run(cost, 2, [0.010] * 5)
+    _run(cost, 4, [0.0101] * 5)  # 4 barely dearer than 2 ...
+    _run(cost, 3, [0.0130] * 5)  # ... and 3 much dearer than 4
+    curve = _curve(cost)
+    steps = [b / a for a, b in zip(curve, curve[1:], strict=False)]
+    assert all(1 - 1e-9 <= r <= (k + 2) / (k + 1) + 1e-9 for k, r in enumerate(steps)), curve
+
+
+def _noisy(rng: random.Random, n: int, base: float) -> list[float]:
+    """Steps of a CPU shared with busy processes: runs of a few steps at 1x-4x."""
+    out: list[float] = []
+    while len(out) < n:
+        out += [base * rng.choice([1.0, 1.5, 2.5, 4.0])] * rng.randint(2, 8)
+    return out[:n]
+
+
+def test_the_noise_of_a_comparison_is_measured_from_runs_at_one_k() -> None:
+    quiet = StepCost(PolicySettings(k_max=3))
+    _run(quiet, 2, [0.010] * 100)
+    assert quiet.noise() == step_cost.NOISE_FLOOR
+    busy = StepCost(PolicySettings(k_max=3))
+    _run(busy, 2, _noisy(random.Random(0), 200, 0.010))
+    assert busy.noise() > 0.3
+
+
+def test_on_a_noisy_host_a_wild_pair_barely_moves_the_prior() -> None:
+    """The same two comparisons, 4 read at break-even against 2 (1.67x where the truth
+    and the prior say 1.3x): a quiet host's comparisons are believed; on a host whose
+    runs at one k read anywhere from 1x to 4x, the curve stays near the prior."""
+    curves = {}
+    for host, before in (("quiet", [0.010] * 100), ("busy", _noisy(random.Random(1), 200, 0.01))):
+        cost = StepCost(PolicySettings(k_max=4))
+        _run(cost, 2, before)
+        cost.break_run()
+        _run(cost, 2, [0.010] * 5)
+        _run(cost, 4, [0.020] * 5)
+        _run(cost, 2, [0.010] * 5)
+        curves[host] = _curve(cost)
+    assert curves["quiet"][4] / curves["quiet"][2] == pytest.approx(5 / 3, rel=0.01)
+    assert curves["busy"][4] / curves["busy"][2] < 1.3
+
+
+def test_contexts_keep_their_own_cells_and_a_new_one_starts_from_its_neighbour() -> None:
+    cost = StepCost(PolicySettings(k_max=4))
+    _run(cost, 2, [0.010] * 5, context=1000)
+    _run(cost, 4, [0.012] * 5, context=1000)
+    _run(cost, 2, [0.020] * 5, context=20000)  # another cell: no comparison across
+    long = cell_of(8, 20000)
+    assert set(cost.edges) == {C8} and long == (8, 24576)
+    assert cost.curve(long) == pytest.approx(cost.curve(C8))  # the neighbour's, until ...
+    _run(cost, 4, [0.030] * 5, context=20000)  # ... it compares its own
+    assert cost.relative(long)[4] == pytest.approx(1.5, rel=FIT)
+    assert cost.relative(C8)[4] == pytest.approx(1.2, rel=FIT)
+
+
+def test_a_k_held_for_long_keeps_only_the_samples_its_comparisons_use() -> None:
+    cost = StepCost(PolicySettings(k_max=3))
+    _run(cost, 1, [0.010] * 5000)
+    assert len(cost._head) == 5 and len(cost._tail) == 10
