@@ -9,12 +9,13 @@ the step time as much, more than one more draft does. So each change of k is a p
 comparison: the median of the last steps before it against the median of the first
 steps after it, taken moments apart. Every such *edge* gives log(cost(k_new) /
 cost(k_old)); a try of a k for a few steps gives two, one on each side, whose drifts
-cancel. An edge reads at most the break-even ratio of its two k (one wild reading moves
-nothing past it), and a pair's value is the median of its latest edges.
+cancel. An edge reads the deeper k between 1x and the break-even ratio of its two k
+(one wild reading moves nothing past what could change a choice), and a pair's value
+is the median of its latest edges.
 
 The curve is fitted to the pairs by least squares held to a prior curve
-(:mod:`vllm_frozen_kv_mtp.scheduling.cost_fit`): the next shorter context's curve, or
-a prior slope. How much the pairs weigh against it follows the host's timing noise,
+(:mod:`vllm_frozen_kv_mtp.scheduling.cost_fit`): the curve of the nearest context
+bucket of the same batch bucket, or a prior slope. How much the pairs weigh against it follows the host's timing noise,
 measured as it goes from what an edge reads where k did not change (two adjacent
 windows of one run at one k): on a busy CPU such a non-change reads anywhere from 0.5x
 to 2x, and the paired comparisons then barely move the prior; on a quiet GPU host they
