@@ -319,8 +319,8 @@ class GoodputPolicy:
             return self.current, self.current == self.held
         tokens = self.tokens()
         scores = self.goodputs(c, tokens)
-        # the shallowest k within half the hysteresis of the top score: a deeper k that
-        # gains less is not worth its drafts, and where costs read flat (a burst that
+        # the shallowest k within a quarter of the hysteresis of the top score: a deeper k
+        # that gains less is not worth its drafts, and where costs read flat (a burst that
         # made a deep k look cheap) the shallow side is the safe one
         tie = 1 - s.hysteresis / 4
         top = max(scores) * tie

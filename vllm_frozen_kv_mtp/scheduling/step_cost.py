@@ -15,13 +15,13 @@ is the median of its latest edges.
 
 The curve is fitted to the pairs by least squares held to a prior curve
 (:mod:`vllm_frozen_kv_mtp.scheduling.cost_fit`): the curve of the nearest context
-bucket of the same batch bucket, or a prior slope. How much the pairs weigh against it follows the host's timing noise,
-measured as it goes from what an edge reads where k did not change (two adjacent
-windows of one run at one k): on a busy CPU such a non-change reads anywhere from 0.5x
-to 2x, and the paired comparisons then barely move the prior; on a quiet GPU host they
-agree to a percent and set the curve. The fitted curve is then held to physical
-bounds: costs non-decreasing in k, and no draft costing more than a perfectly accepted
-one pays for.
+bucket of the same batch bucket, or a prior slope. How much the pairs weigh against
+it follows the host's timing noise, measured as it goes from what an edge reads where
+k did not change (two adjacent windows of one run at one k): on a busy CPU such a
+non-change reads anywhere from 0.5x to 2x, and the paired comparisons then barely
+move the prior; on a quiet GPU host they agree to a percent and set the curve. The
+fitted curve is then held to physical bounds: costs non-decreasing in k, and no draft
+costing more than a perfectly accepted one pays for.
 
 Pure logic (no vLLM, no torch).
 """
