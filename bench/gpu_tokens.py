@@ -938,14 +938,16 @@ def pin_max(pins: list[int | str]) -> int:
     return max(k for p in pins for k in (_pin_ks(p) if isinstance(p, str) else [p]))
 
 
-def cost_samples(policy: Any) -> dict[int, dict[int, list[list[float]]]]:
-    """The latest step-time samples of an ``auto`` row, per batch bucket and k, as
-    [policy step, ms]: what the log's step times are medians of. The choice rests on the
-    relative costs (``k_policy["relative_cost"]``), compared around each change of k; the
-    samples show the step times behind them and when in the run they were taken."""
-    out: dict[int, dict[int, list[list[float]]]] = {}
-    for (b, k), window in sorted(policy.cost.recent.items()):
-        out.setdefault(b, {})[k] = [[step, round(1000 * t, 2)] for step, t in window]
+def cost_samples(policy: Any) -> dict[int, dict[int, dict[int, list[list[float]]]]]:
+    """The latest step-time samples of an ``auto`` row, per batch bucket, context bucket
+    and k, as [policy step, ms]: what the log's step times are medians of. The choice
+    rests on the relative costs (``k_policy["relative_cost"]``), compared around each
+    change of k; the samples show the step times behind them and when in the run they
+    were taken."""
+    out: dict[int, dict[int, dict[int, list[list[float]]]]] = {}
+    for ((b, ctx), k), window in sorted(policy.cost.recent.items()):
+        samples = [[step, round(1000 * t, 2)] for step, t in window]
+        out.setdefault(b, {}).setdefault(ctx, {})[k] = samples
     return out
 
 

@@ -13,17 +13,22 @@ from typing import Any
 
 import pytest
 
-from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings, bucket
+from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings, cell_of
 from vllm_frozen_kv_mtp.scheduling.scheduler import _GoodputK, _PolicyLookup
 
 
-def _output(batch: int, verified: int, k: int, prefill_tokens: int = 0) -> Any:
+def _output(batch: int, verified: int, k: int, prefill_tokens: int = 0, context: int = 100) -> Any:
+    """A step of ``batch`` requests holding ``context`` computed tokens each, one of them
+    new when ``prefill_tokens`` ride along."""
     ids = [f"r{i}" for i in range(batch)]
+    new = [SimpleNamespace(num_computed_tokens=context)] if prefill_tokens else []
     return SimpleNamespace(
         num_scheduled_tokens={r: 1 + verified for r in ids},
         scheduled_spec_decode_tokens={r: [-1] * verified for r in ids} if verified else {},
         num_spec_tokens_to_schedule=k,
         total_num_scheduled_tokens=batch * (1 + verified) + prefill_tokens,
+        scheduled_new_reqs=new,
+        scheduled_cached_reqs=SimpleNamespace(num_computed_tokens=[context] * (batch - len(new))),
     )
 
 
@@ -36,7 +41,7 @@ def _scheduler(last: float | None) -> Any:
 def test_clean_steps_are_timed_and_others_are_not() -> None:
     s = _scheduler(last=10.0)
     _GoodputK._time_step(s, _output(8, verified=3, k=3), now=10.02)
-    assert s.k_policy.cost.seconds == {(bucket(8), 3): pytest.approx(0.02)}
+    assert s.k_policy.cost.seconds == {(cell_of(8), 3): pytest.approx(0.02)}
     for so in (
         _output(8, verified=3, k=2),  # k switched: the step mixes two costs
         _output(8, verified=3, k=3, prefill_tokens=100),  # a prefill chunk rode along
@@ -44,8 +49,8 @@ def test_clean_steps_are_timed_and_others_are_not() -> None:
     ):
         s._last_step_end = 11.0
         _GoodputK._time_step(s, so, now=11.5)
-    assert s.k_policy.cost.samples[(bucket(8), 3)] == 1
-    assert (bucket(8), 2) not in s.k_policy.cost.seconds
+    assert s.k_policy.cost.samples[(cell_of(8), 3)] == 1
+    assert (cell_of(8), 2) not in s.k_policy.cost.seconds
     idle = _scheduler(last=None)  # the engine waited for work: no step to time
     _GoodputK._time_step(idle, _output(8, verified=3, k=3), now=99.0)
     assert not idle.k_policy.cost.seconds
@@ -54,7 +59,7 @@ def test_clean_steps_are_timed_and_others_are_not() -> None:
 def test_k0_steps_are_timed() -> None:
     s = _scheduler(last=1.0)
     _GoodputK._time_step(s, _output(4, verified=0, k=0), now=1.005)
-    assert s.k_policy.cost.seconds == {(bucket(4), 0): pytest.approx(0.005)}
+    assert s.k_policy.cost.seconds == {(cell_of(4), 0): pytest.approx(0.005)}
 
 
 def test_verify_counts_exclude_grammar_invalid_drafts() -> None:
@@ -128,7 +133,7 @@ def test_an_idle_engine_breaks_the_policy_s_comparisons() -> None:
     s = Sched()
     steps(2, 6)
     steps(3, 6)  # back to back: k=3 is compared with k=2
-    assert s.k_policy.cost.comparisons(8, 3) == 1
+    assert s.k_policy.cost.comparisons(cell_of(8), 3) == 1
     s = Sched()
     steps(2, 6)
     s.unfinished = 0  # the last request finished: the engine waits
@@ -136,7 +141,7 @@ def test_an_idle_engine_breaks_the_policy_s_comparisons() -> None:
     assert s._last_step_end is None
     s.unfinished = 1
     steps(3, 6)
-    assert s.k_policy.cost.comparisons(8, 3) == 0
+    assert s.k_policy.cost.comparisons(cell_of(8), 3) == 0
 
 
 def test_the_k_line_is_logged_when_the_engine_runs_dry(
@@ -193,3 +198,17 @@ def test_the_k_line_is_logged_when_the_engine_runs_dry(
         # the wait, and one when it ends
         burst(50, seconds=sched_mod.LOG_INTERVAL_S * 2.5)
         assert lines() == 5 and "steps=80" in caplog.records[-1].getMessage()
+
+
+def test_the_context_of_each_step_sets_the_cell() -> None:
+    """The mean computed tokens of a step's requests (cached and new) is the next
+    decision's context, read on every step, and a clean step's time lands in its cell."""
+    s = _scheduler(last=1.0)
+    _GoodputK._time_step(s, _output(8, verified=3, k=3, context=2000), now=1.02)
+    assert s.k_policy.context == 2000
+    assert set(s.k_policy.cost.seconds) == {((8, 3072), 3)}
+    s._last_step_end = None  # the first step after a wait: not timed, its context read
+    _GoodputK._time_step(s, _output(4, verified=0, k=0, prefill_tokens=50, context=40), now=2.0)
+    assert s.k_policy.context == 40 and len(s.k_policy.cost.seconds) == 1
+    s.k_policy.choose(8)  # what vLLM's lookup does next: decided for the cell of 40 tokens
+    assert s.k_policy._held_cell == cell_of(8, 40)

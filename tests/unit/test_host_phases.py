@@ -110,9 +110,9 @@ def test_cost_samples_list_each_keys_samples_in_ms_with_their_step() -> None:
         policy.choose(batch)
         policy.observe_step(batch, k, seconds)
     samples = cost_samples(policy)
-    assert samples == {
-        8: {3: [[4, 7.0]]},
-        256: {1: [[1, 13.5], [2, 22.1]], 3: [[3, 19.6]]},
+    assert samples == {  # short contexts: the first context bucket
+        8: {1536: {3: [[4, 7.0]]}},
+        256: {1536: {1: [[1, 13.5], [2, 22.1]], 3: [[3, 19.6]]}},
     }
     # the step times the log reports are the medians of exactly these samples
-    assert policy.summary()["step_ms"][256][1] == round((13.5 + 22.1) / 2, 2)
+    assert policy.summary()["step_ms"][256][1536][1] == round((13.5 + 22.1) / 2, 2)

@@ -13,13 +13,19 @@ Pure logic (no vLLM, no torch), driven by the scheduler in
   follows the traffic, though never over fewer than a few hundred rounds (while
   k = 0, only down to a floor of evidence: no drafts, nothing new to learn).
 * ``cost(b, k)`` is the wall time of one engine step with batch ``b`` and ``k``
-  drafts, relative to the other k: learned per batch-size bucket from the steps on
-  both sides of each change of k (:mod:`vllm_frozen_kv_mtp.scheduling.step_cost`), so
-  that a host whose speed moves over seconds compares k in the same moment. Medians
-  keep one host stall (garbage collection, a busy core) from moving it, and only
-  recent comparisons count once a fresh one is in; a pair of k not compared lately
-  only places a k that no fresh pair reaches. Unmeasured k are extrapolated
-  linearly from the measured ones (a prior slope until two are known).
+  drafts, relative to the other k: learned per cell (batch-size bucket and the
+  context the requests hold, :mod:`vllm_frozen_kv_mtp.scheduling.cells`) from the
+  steps on both sides of each change of k
+  (:mod:`vllm_frozen_kv_mtp.scheduling.step_cost`), so that a host whose speed moves
+  over seconds compares k in the same moment. Medians keep one host stall (garbage
+  collection, a busy core) from moving it, one comparison reads between 1x and the
+  break-even ratio of its two k, and only recent comparisons count once a fresh one is
+  in; a pair of k not compared lately only places a k that no fresh pair reaches. The
+  comparisons are fitted to one curve held to a prior (the curve of the nearest
+  context bucket, else a prior slope) as firmly as the host's measured timing noise
+  warrants, non-decreasing in k and with no draft dearer than a perfectly accepted
+  one pays for (:mod:`vllm_frozen_kv_mtp.scheduling.cost_fit`): on a busy host the
+  noise cannot drag k far from where acceptance puts it.
 
 A frozen-KV drafter owns no KV, so changing k, or skipping drafting (k = 0),
 costs nothing to catch up: the policy is free to move every step. It still holds
@@ -27,10 +33,14 @@ a choice for a few steps (hysteresis) so that step timings are clean and k does
 not flap, and while k = 0 it probes now and then so acceptance stays estimated. Now
 and then it tries a k near the best for a few steps and returns to the k it holds, to
 compare that k's cost again: a k once costed too high is otherwise never chosen, so
-never corrected. A neighbour of the best k never compared in its batch bucket is
+never corrected. A neighbour of the best k never compared in its cell is
 tried as soon as the held k has steps enough to compare with (a closed batch's full
 stretch lasts a few dozen steps). A k about to be held on the strength of one try is
-tried once more, from the held k.
+tried once more, from the held k. Of k within a quarter of the hysteresis of the best,
+the shallowest is taken, and a shallower k that commits as many tokens as the held one
+needs no margin to be taken: costs are monotone in k, so no error in them can make it
+the worse choice, and the margin would otherwise hold a k whose drafts are all
+rejected for as long as each costs less than the margin.
 """
 
 from __future__ import annotations
@@ -38,9 +48,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from vllm_frozen_kv_mtp.scheduling.step_cost import StepCost, bucket
+from vllm_frozen_kv_mtp.scheduling.cells import Cell, bucket, cell_of, context_bucket
+from vllm_frozen_kv_mtp.scheduling.step_cost import StepCost
 
-__all__ = ["AcceptanceEstimate", "GoodputPolicy", "PolicySettings", "StepCost", "bucket"]
+__all__ = [
+    "AcceptanceEstimate",
+    "GoodputPolicy",
+    "PolicySettings",
+    "StepCost",
+    "bucket",
+    "cell_of",
+]
 
 
 @dataclass(frozen=True)
@@ -57,8 +75,9 @@ class PolicySettings:
     acceptance_memory_rounds: float = 256.0
     #: while k = 0, forgetting stops at this many drafts of evidence per position: the
     #: last measured acceptance stands (probes refresh it) instead of sliding back to
-    #: the optimistic prior and pulling k up with no new evidence
-    min_evidence: float = 32.0
+    #: the optimistic prior and pulling k up with no new evidence (at 64 the prior's
+    #: share, prior_weight x prior_acceptance / 64, stays under the hysteresis)
+    min_evidence: float = 64.0
     #: prior acceptance of position i before any draft was verified: prior**i
     prior_acceptance: float = 0.6
     #: weight, in drafts, of that prior
@@ -77,8 +96,18 @@ class PolicySettings:
     #: clean steps dropped after k changes: the step loop overlaps a step's host work
     #: with the next one's, so the first step at a new k still carries some of the old
     settle_samples: int = 1
-    #: relative step cost of one more draft until two k of a bucket are measured
+    #: relative step cost of one more draft before a cell's costs are compared
     prior_slope: float = 0.15
+    #: how far (log) a step of one more draft may stray from the prior curve's before
+    #: comparisons must show it: against a comparison's noise variance this sets
+    #: whether the prior or the comparisons lead the fit
+    slope_spread: float = 0.1
+    #: the same for the step from k = 0 to 1, which adds the draft round's fixed cost
+    #: (launches, host work) and differs most between hosts
+    jump_spread: float = 0.15
+    #: the same for the change from one step's increment to the next: held firmer, so
+    #: that a k never compared continues the slope measured below it
+    bend_spread: float = 0.03
     #: switch only when the best k beats the current one by this fraction
     hysteresis: float = 0.02
     #: steps to hold a new k before it may change again
@@ -97,8 +126,8 @@ class PolicySettings:
     explore_steps: int = 5
     #: how far from the best k exploration looks; the k whose cost is oldest goes first
     explore_span: int = 2
-    #: per batch bucket, tries of a never-compared neighbour made before the next
-    #: exploration is due (a bucket whose batch never holds steady, and so never
+    #: per cell, tries of a never-compared neighbour made before the next
+    #: exploration is due (a cell whose batch never holds steady, and so never
     #: compares, stops trying after these)
     early_explore_tries: int = 8
     #: a comparison older than this many steps is stale, and left out of its pair once the
@@ -193,19 +222,22 @@ class GoodputPolicy:
     switches: int = 0
     #: the k the goodput comparison chose last (a probe or an exploration returns to it)
     held: int = field(init=False)
-    _held_bucket: int = 0
+    _held_cell: Cell | None = None
     #: per k: the policy step it was last tried again before being held
     _confirmed: dict[int, int] = field(default_factory=dict)
     #: steps since k last changed
     _dwell: int = 0
     _explore_left: int = 0
-    #: per batch bucket: early tries of never-compared neighbours so far
-    _early_tries: Counter[int] = field(default_factory=Counter)
+    #: per cell: early tries of never-compared neighbours so far
+    _early_tries: Counter[Cell] = field(default_factory=Counter)
     _explore_k: int = 0
     _probing: bool = False
     #: k of the latest step sample, and how many in a row had it (to drop settling ones)
     _sample_k: int = -1
     _sample_run: int = 0
+    #: computed tokens per request of the latest step (the scheduler sets it): the
+    #: context bucket of the next decision
+    context: int = 0
 
     def __post_init__(self) -> None:
         self.acceptance = AcceptanceEstimate(self.settings)
@@ -218,12 +250,13 @@ class GoodputPolicy:
     def observe_verify(self, num_drafts: int, num_accepted: int, count: int = 1) -> None:
         self.acceptance.observe(num_drafts, num_accepted, count)
 
-    def observe_step(self, batch_size: int, k: int, seconds: float) -> None:
-        """A clean step's wall time (every request verified k drafts and drafted k)."""
+    def observe_step(self, batch_size: int, k: int, seconds: float, context: int = 0) -> None:
+        """A clean step's wall time (every request verified k drafts and drafted k),
+        its requests holding ``context`` computed tokens each (the mean)."""
         self._sample_run = self._sample_run + 1 if k == self._sample_k else 1
         self._sample_k = k
         if self._sample_run > self.settings.settle_samples:
-            self.cost.observe(batch_size, k, seconds)
+            self.cost.observe(batch_size, k, seconds, context)
 
     def observe_idle(self) -> None:
         """The engine ran out of requests: the next steps start a new comparison."""
@@ -232,28 +265,30 @@ class GoodputPolicy:
 
     # ---- the decision ---------------------------------------------------------
 
-    def goodputs(self, batch_size: int) -> list[float]:
-        """Expected committed tokens per second and request for k = 0..k_max at this
-        batch (per step where no cost of the bucket is known yet); one pass over the
-        acceptance and cost tables, so a step's decision stays cheap on the host."""
-        rates = self.acceptance.rates()
-        curve = self.cost.curve(batch_size)
-        out, tokens = [], 1.0
-        for k in range(self.settings.k_max + 1):
-            if k:
-                tokens += rates[k - 1]
-            cost = curve[k] if curve is not None else 1.0 + self.settings.prior_slope * k
-            out.append(tokens / cost)
+    def tokens(self) -> list[float]:
+        """Expected tokens a request commits per step for k = 0..k_max."""
+        out, tokens = [1.0], 1.0
+        for a in self.acceptance.rates():
+            tokens += a
+            out.append(tokens)
         return out
+
+    def goodputs(self, c: Cell, tokens: list[float] | None = None) -> list[float]:
+        """Expected committed tokens per unit of step cost for k = 0..k_max in this cell;
+        one pass over the acceptance and cost tables, so a step's decision stays cheap
+        on the host."""
+        curve = self.cost.curve(c)
+        return [t / x for t, x in zip(tokens or self.tokens(), curve, strict=True)]
 
     def choose(self, batch_size: int) -> int:
         """k for a step that schedules ``batch_size`` requests (called once per step)."""
         self.steps += 1
         self.cost.now = self.steps
         self.acceptance.decay(drafting=self.current > 0)
-        k, chosen = self._decide(batch_size)
+        c = cell_of(batch_size, self.context)
+        k, chosen = self._decide(c)
         if chosen:
-            self.held, self._held_bucket = k, bucket(batch_size)
+            self.held, self._held_cell = k, c
         if k != self.current:
             self.switches += 1
             self._dwell = 0
@@ -262,7 +297,7 @@ class GoodputPolicy:
         self.chosen[k] += 1
         return k
 
-    def _decide(self, batch_size: int) -> tuple[int, bool]:
+    def _decide(self, c: Cell) -> tuple[int, bool]:
         """This step's k, and whether the goodput comparison chose it (False: a probe or
         an exploration, after which the policy returns to the k it holds)."""
         s = self.settings
@@ -276,49 +311,61 @@ class GoodputPolicy:
         if self.current == 0 and self.steps % s.probe_interval == 0 and not exploring:
             self._probing = True
             return max(1, min(s.k_max, self._probe_k())), False
-        # hysteresis and dwell only for a choice made for this batch bucket: the tail of
-        # a batch, or a prefill ramp, chooses for smaller batches and must not carry its
+        # hysteresis and dwell only for a choice made for this cell: the tail of a
+        # batch, or a prefill ramp, chooses for smaller batches and must not carry its
         # k into the full batch
-        b = bucket(batch_size)
-        same_bucket = self._held_bucket in (0, b)  # 0: the first steps
-        if self._dwell < s.min_dwell_steps and same_bucket:
+        same_cell = self._held_cell in (None, c)  # None: the first steps
+        if self._dwell < s.min_dwell_steps and same_cell:
             return self.current, self.current == self.held
-        scores = self.goodputs(batch_size)
-        best = max(range(len(scores)), key=lambda k: (scores[k], -k))
-        # a neighbour of the best never compared in this bucket is tried as soon as
+        tokens = self.tokens()
+        scores = self.goodputs(c, tokens)
+        # the shallowest k within a quarter of the hysteresis of the top score: a deeper k
+        # that gains less is not worth its drafts, and where costs read flat (a burst that
+        # made a deep k look cheap) the shallow side is the safe one
+        tie = 1 - s.hysteresis / 4
+        top = max(scores) * tie
+        best = next(k for k, g in enumerate(scores) if g >= top)
+        # a neighbour of the best never compared in this cell is tried as soon as
         # the held k has steps enough for the "before" side of a comparison, not at
         # the next exploration: a full batch of a closed run lasts a few dozen steps
         early = (
-            same_bucket
+            same_cell
             and self._dwell >= s.edge_samples + s.settle_samples + 1
-            and self._early_tries[b] < s.early_explore_tries
+            and self._early_tries[c] < s.early_explore_tries
         )
         if exploring or early:
-            neighbour = self._neighbour_to_measure(batch_size, best, never_only=not exploring)
+            neighbour = self._neighbour_to_measure(c, best, never_only=not exploring)
             if neighbour is not None:
                 if not exploring:
-                    self._early_tries[b] += 1
+                    self._early_tries[c] += 1
                 self._explore_k, self._explore_left = neighbour, s.explore_steps - 1
                 return neighbour, False
-        margin = 1 + s.hysteresis if same_bucket else 1.0
+        margin = 1 + s.hysteresis if same_cell else 1.0
+        if best < self.held and tokens[best] >= tie * tokens[self.held]:
+            # a shallower k that commits as many tokens costs no more (costs are
+            # monotone in k): no noise in the costs can make it the worse choice, and
+            # the margin would hold a k whose drafts are all rejected as long as each
+            # costs less than the margin
+            margin = tie
         if best != self.held and scores[best] > margin * scores[self.held]:
-            if self._needs_confirming(batch_size, best):
+            if self._needs_confirming(c, best):
                 # one try of a few steps may have met a stall or a noisy moment: try it
                 # once more first, from the held k, so that the second try makes its own
-                # comparisons (staying on would only lengthen the first)
+                # comparisons (staying on would only lengthen the first); the held k
+                # stays one chosen for its own cell meanwhile (no margin holds it here)
                 if self.current != self.held:
-                    return self.held, True
+                    return self.held, False
                 self._confirmed[best] = self.steps
                 self._explore_k, self._explore_left = best, s.explore_steps - 1
                 return best, False
             return best, True
         return self.held, True
 
-    def _needs_confirming(self, batch_size: int, k: int) -> bool:
+    def _needs_confirming(self, c: Cell, k: int) -> bool:
         """A k about to be held whose cost rests on one try (two comparisons), not
         confirmed lately."""
         s = self.settings
-        if self.cost.comparisons(batch_size, k) >= s.confirm_comparisons:
+        if self.cost.comparisons(c, k) >= s.confirm_comparisons:
             return False
         return self.steps - self._confirmed.get(k, -s.explore_interval) >= s.explore_interval
 
@@ -326,42 +373,44 @@ class GoodputPolicy:
         """At k = 0: draft deep enough to see the positions that could pay off."""
         return max(2, self.acceptance.observed_positions())
 
-    def _neighbour_to_measure(
-        self, batch_size: int, best: int, never_only: bool = False
-    ) -> int | None:
+    def _neighbour_to_measure(self, c: Cell, best: int, never_only: bool = False) -> int | None:
         """The k within ``explore_span`` of the best whose cost is the oldest (never
         measured first, then the nearest): every stale one gets its turn.
-        ``never_only``: only a k never compared in this bucket."""
+        ``never_only``: only a k never compared in this cell."""
         span = self.settings.explore_span
         near = [
             k
             for d in range(1, span + 1)
             for k in (best + d, best - d)
             if 0 <= k <= self.settings.k_max
-            and self.cost.needs_sample(batch_size, k)
-            and not (never_only and self.cost.last_measured(batch_size, k) >= 0)
+            and k != self.held  # a try of the held k compares nothing
+            and self.cost.needs_sample(c, k)
+            and not (never_only and self.cost.last_measured(c, k) >= 0)
         ]
         if not near:
             return None
-        return min(near, key=lambda k: self.cost.last_measured(batch_size, k))
+        return min(near, key=lambda k: self.cost.last_measured(c, k))
 
     def summary(self) -> dict[str, object]:
         """What the engine log reports: k chosen per step, acceptance, switches, the step
-        times seen (ms per batch bucket and k) and the relative costs the choice rests
-        on (per batch bucket: k -> cost, the cheapest compared k 1)."""
-        step_ms: dict[int, dict[int, float]] = {}
-        for (b, k), seconds in sorted(self.cost.seconds.items()):
-            step_ms.setdefault(b, {})[k] = round(1000 * seconds, 2)
-        relative = {
-            b: {k: round(c, 3) for k, c in rel.items()}
-            for b, rel in sorted(self.cost.relative_by_bucket.items())
-        }
+        times seen (ms per batch bucket, context bucket and k), the relative costs the
+        choice rests on (the same cells: k -> cost, the cheapest compared k 1), and the
+        timing noise of one comparison (log), which sets how far those costs may leave
+        the prior curve."""
+        step_ms: dict[int, dict[int, dict[int, float]]] = {}
+        for ((b, ctx), k), seconds in sorted(self.cost.seconds.items()):
+            step_ms.setdefault(b, {}).setdefault(ctx, {})[k] = round(1000 * seconds, 2)
+        relative: dict[int, dict[int, dict[int, float]]] = {}
+        for (b, ctx), rel in sorted(self.cost.relative_by_cell.items()):
+            relative.setdefault(b, {})[ctx] = {k: round(c, 3) for k, c in rel.items()}
         return {
             "steps": self.steps,
             "k_counts": dict(sorted(self.chosen.items())),
             "current_k": self.current,
             "switches": self.switches,
             "acceptance_per_position": [round(a, 3) for a in self.acceptance.rates()],
+            "context_bucket": context_bucket(self.context),
             "step_ms": step_ms,
             "relative_cost": relative,
+            "timing_noise": round(self.cost.noise(), 3),
         }

@@ -69,7 +69,9 @@ class _GoodputK:
         logger.info(
             "frozen_kv_mtp: draft length policy 'auto': k in 0..%d chosen each step to "
             "maximise expected committed tokens per second, from acceptance per "
-            "position and step times measured in this engine (%s, over %s)",
+            "position and step times measured in this engine per batch-size bucket and "
+            "context bucket (tokens per request, buckets ending at 1536, 3072, 6144, ...) "
+            "(%s, over %s)",
             self.num_spec_tokens,
             type(self).__name__,
             parent,
@@ -154,7 +156,15 @@ class _GoodputK:
     def _time_step(self, so: Any, now: float) -> None:
         last, self._last_step_end = self._last_step_end, None
         batch = len(so.num_scheduled_tokens)
-        if last is None or batch == 0:
+        if batch == 0:
+            return
+        # The KV each request reads: the next decision's context bucket (the next step's
+        # context is this one's plus a token or a few). One pass over a list of ints.
+        tokens = sum(so.scheduled_cached_reqs.num_computed_tokens)
+        for new in so.scheduled_new_reqs:
+            tokens += new.num_computed_tokens
+        context = self.k_policy.context = tokens // batch
+        if last is None:
             return
         k = so.num_spec_tokens_to_schedule
         verified = {len(v) for v in so.scheduled_spec_decode_tokens.values()}
@@ -162,22 +172,25 @@ class _GoodputK:
         # drafts k again, with no prefill in the step.
         if verified - {k} or so.total_num_scheduled_tokens != batch * (1 + k):
             return
-        self.k_policy.observe_step(batch, k, now - last)
+        self.k_policy.observe_step(batch, k, now - last, context)
 
     def log_k_choice(self) -> None:
         s = self.k_policy.summary()
         self._logged_steps = self.k_policy.steps
         logger.info(
             "frozen_kv_mtp auto k: steps=%d k_counts=%s current_k=%d switches=%d "
-            "acceptance_per_position=%s step_ms_by_batch_bucket_and_k=%s "
-            "relative_step_cost_by_batch_bucket_and_k=%s",
+            "acceptance_per_position=%s context_bucket=%d "
+            "step_ms_by_batch_context_and_k=%s relative_step_cost_by_batch_context_and_k=%s "
+            "timing_noise=%.3f",
             s["steps"],
             s["k_counts"],
             s["current_k"],
             s["switches"],
             s["acceptance_per_position"],
+            s["context_bucket"],
             s["step_ms"],
             s["relative_cost"],
+            s["timing_noise"],
         )
 
     def shutdown(self) -> None:
