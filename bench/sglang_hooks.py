@@ -15,6 +15,8 @@ path of the engine's processes); nothing here is imported by the plugin package.
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +33,35 @@ def set_simulated_acc_len(scheduler: Any, value: float) -> None:
     spec_utils.SIMULATE_ACC_LEN = float(value)
 
 
+def log_jit_builds() -> None:
+    """Name every SGLang JIT kernel this process compiles (a prebuilt one is loaded, not
+    compiled): on an offline host each build costs device time, or fails without nvcc."""
+    try:
+        import tvm_ffi.cpp as cpp
+    except ImportError:
+        return
+    for attr in ("load_inline", "load"):
+        original = getattr(cpp, attr, None)
+        if original is None or getattr(original, "_bench_logged", False):
+            continue
+
+        def logged(*a: Any, _original: Any = original, **k: Any) -> Any:
+            name = k.get("name", a[0] if a else "?")
+            t = time.time()
+            print(f"[bench] SGLang JIT build: {name}", file=sys.stderr, flush=True)
+            module = _original(*a, **k)
+            print(f"[bench] ... built in {time.time() - t:.1f} s", file=sys.stderr, flush=True)
+            return module
+
+        logged._bench_logged = True  # type: ignore[attr-defined]
+        setattr(cpp, attr, logged)
+
+
 def register() -> None:
     from sglang.srt.managers.scheduler import Scheduler
 
     setattr(Scheduler, RPC_SET_ACC_LEN, set_simulated_acc_len)
+    log_jit_builds()
 
 
 def write_entry_point(folder: str | Path) -> Path:

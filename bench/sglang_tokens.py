@@ -543,7 +543,7 @@ def all_flags(argv: list[str]) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def main_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="one engine (one setting), in this process")
@@ -562,6 +562,11 @@ def main(argv: list[str] | None = None) -> None:
     pe.add_argument("--out", default="bench/results/peers.json")
     rp = sub.add_parser("report", help="markdown table from peers.json")
     rp.add_argument("peers")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = main_parser()
     args = ap.parse_args(argv)
 
     if args.cmd in ("run", "all"):
