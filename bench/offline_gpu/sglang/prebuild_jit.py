@@ -69,6 +69,10 @@ GRID: list[tuple[Any, ...]] = [
         ("sglang.kernels.ops.layernorm.rmsnorm_hf", "_jit_rmsnorm_hf_module", (h, "bfloat16"))
         for h in (256, 512, 1024, 2560)
     ],
+    # probed by MoE routing set-up (Gemma 4 routes with its own Triton kernel)
+    ("sglang.kernels.ops.moe.moe_fused_gate", "_jit_moe_fused_gate_module", ()),
+    # TP 2 (31B and 26B-A4B on two GPUs): SGLang's custom all-reduce
+    ("sglang.kernels.ops.communication.all_reduce", "get_all_reduce_module", ("bfloat16", 2)),
 ]
 
 
