@@ -338,6 +338,18 @@ class SGLangEngine:
             )
         }
         self._rid = 0
+        # KV capacity: a closed batch that does not fit would run below its concurrency
+        info = self.engine.get_server_info()
+        self.max_total_tokens = int(info.get("max_total_num_tokens") or 0)
+        need = max(concurrencies(args.concurrency)) * (
+            args.prompt_len + args.tokens + setting.draft_tokens
+        )
+        if self.max_total_tokens and self.max_total_tokens < need:
+            self.engine.shutdown()
+            raise RuntimeError(
+                f"the KV cache holds {self.max_total_tokens} tokens, the largest batch needs "
+                f"{need}: lower --concurrency, raise --mem, or use --tp 2 / a larger GPU"
+            )
 
     def set_profile(self, profile: str) -> None:
         from bench.sglang_hooks import RPC_SET_ACC_LEN
@@ -446,6 +458,7 @@ def row_for(
         "runs": len(runs),
         "decode_tok_s_samples": [round(r[0], 1) for r in runs],
         "load_s": round(eng.load_s, 1),
+        "max_total_num_tokens": eng.max_total_tokens,
         "server_args": eng.resolved,
         "decode_timing": "front-end output batches (streaming), see bench.token_timing",
     }
@@ -472,10 +485,20 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             }
             lat = {p: Latencies() for p in eng.profiles}
             sgl_al: dict[str, list[float]] = {p: [] for p in eng.profiles}
+            below = {p: 0 for p in eng.profiles}
             n = repeats_at(c, args.repeats, args.min_tokens, args.tokens)
             for profile in interleaved(eng.profiles, n):
                 eng.set_profile(profile)
                 log, submitted, metas = eng.run_batch(batch, args.tokens)
+                widest = max((len(g) for _, g in log.events), default=0)
+                retracted = sum(int(m.get("num_retractions") or 0) for m in metas)
+                if widest < c or retracted:
+                    print(
+                        f"WARNING c={c} {profile}: at most {widest} requests in one step, "
+                        f"{retracted} retractions (the batch did not run at its concurrency)",
+                        flush=True,
+                    )
+                    below[profile] += 1
                 tokens, seconds = decode_span(log.events)
                 ft, fs = full_batch_span(log.events, c)
                 decoded, rounds = measured_al(metas)
@@ -488,6 +511,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 ]
             for profile in eng.profiles:
                 row = row_for(eng, args, c, profile, runs[profile], lat[profile], sgl_al[profile])
+                row["runs_below_concurrency"] = below[profile]
                 print("ROW", json.dumps(row), flush=True)
                 rows.append(row)
                 with open(args.out, "a") as f:  # concurrency by concurrency: a cut run keeps rows

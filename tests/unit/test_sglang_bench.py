@@ -467,3 +467,65 @@ def test_peers_and_report_commands(tmp_path: Path, capsys: Any) -> None:
     assert {p["engine"] for p in peers} == {"sglang", "vllm"}
     main(["report", str(out)])
     assert "| E4B | 8 | chat |" in capsys.readouterr().out
+
+
+# ---- a closed batch through the driver, against an engine that streams like SGLang's ----------
+
+
+class _StreamingEngine:
+    """Streams like ``sglang.Engine.async_generate(stream=True)``: one chunk per round of
+    ``per_round`` tokens; the front end (here: this class) logs each output batch, as the
+    driver's patched TokenizerManager does."""
+
+    def __init__(self, per_round: int) -> None:
+        import asyncio
+
+        self.loop = asyncio.new_event_loop()
+        self.per_round = per_round
+        self.calls: list[dict[str, Any]] = []
+
+    async def async_generate(self, **kw: Any) -> Any:
+        from bench.sglang_tokens import _Recorder
+
+        self.calls.append(kw)
+        n, rid, rounds = 0, kw["rid"], 0
+        limit = kw["sampling_params"]["max_new_tokens"]
+
+        async def chunks() -> Any:
+            nonlocal n, rounds
+            import asyncio
+
+            while n < limit:
+                n = min(limit, n + (1 if n == 0 else self.per_round))
+                rounds += n > 1
+                if _Recorder.log is not None:
+                    _Recorder.log.add(self.loop.time(), [rid], [n])
+                await asyncio.sleep(0)
+                meta = {"completion_tokens": n}
+                if n == limit:
+                    meta |= {"spec_verify_ct": rounds, "spec_accept_length": n / rounds}
+                yield {"output_ids": [100], "meta_info": meta}
+
+        return chunks()
+
+
+def test_run_batch_streams_every_request_and_returns_their_final_meta() -> None:
+    from bench.sglang_tokens import SGLangEngine, _Recorder
+
+    eng = object.__new__(SGLangEngine)
+    eng.engine = _StreamingEngine(per_round=3)
+    eng._rid = 0
+    log, submitted, metas = eng.run_batch([[11, 12], [13, 14], [15, 16]], tokens=10)
+    assert _Recorder.log is None  # detached after the batch
+    assert [c["rid"] for c in eng.engine.calls] == ["bench-0", "bench-1", "bench-2"]
+    assert all(
+        c["stream"] is True and c["sampling_params"]["temperature"] == 0.0 for c in eng.engine.calls
+    )
+    assert all(c["sampling_params"]["ignore_eos"] for c in eng.engine.calls)
+    assert [m["completion_tokens"] for m in metas] == [10, 10, 10]
+    # 1 prefill token, then rounds of 3: 9 tokens in 3 rounds per request
+    assert measured_al(metas) == (27, 9)
+    assert sum(sum(g.values()) for _, g in log.events) == 30
+    eng.run_batch([[1]], tokens=2)
+    assert eng.engine.calls[-1]["rid"] == "bench-3"  # request ids never repeat
+    eng.engine.loop.close()
