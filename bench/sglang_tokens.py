@@ -25,7 +25,11 @@ Matched acceptance (``bench.peers``): ``SGLANG_SIMULATE_ACC_LEN`` = the profile'
 at the steps that run (method ``match-expected``); the tree gets 1.16x the chain's AL at
 the same depth. SGLang reads that variable once per process, so a plugin
 (``bench.sglang_hooks``) adds a scheduler RPC that sets it between profiles: one engine
-per setting serves every profile and concurrency.
+per setting serves every profile and concurrency. SGLang draws the simulated length once
+per step for the whole batch (floor or ceiling of the mean), where our synthetic rates
+draw per request and position: SGLang's requests advance in lockstep and a closed batch
+ends without the tail of unlucky requests that ours has. Rows keep ``full_batch_tok_s``
+(the steps that ran the whole batch) beside decode tok/s for that reason.
 
 Engine arguments set explicitly (SGLang's FROZEN_KV_MTP otherwise caps
 max_running_requests at 48): max_running_requests = the largest c, enable_mixed_chunk

@@ -131,7 +131,8 @@ if [ "$PREFLIGHT" != 0 ]; then
   done | sort -u | sed 's/.*/int &(void){return 999;}/' > "$W/stubcuda/stub.c"
   gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$W/stubcuda/libcuda.so.1" "$W/stubcuda/stub.c"
   NVLIB=$("$TORCH_PY" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))')
-  run_cpu() { (cd "$W" && LD_LIBRARY_PATH="$W/stubcuda:$NVLIB" PYTHONPATH="$S:$REPO" HF_HUB_OFFLINE=1 "$TORCH_PY" "$@"); }
+  # SGLANG_IS_FLASHINFER_AVAILABLE: as env_sglang.sh sets it on the host
+  run_cpu() { (cd "$W" && SGLANG_IS_FLASHINFER_AVAILABLE=false LD_LIBRARY_PATH="$W/stubcuda:$NVLIB" PYTHONPATH="$S:$REPO" HF_HUB_OFFLINE=1 "$TORCH_PY" "$@"); }
   run_cpu "$HERE/preflight.py" --shapes "$W/shapes"
   JIT=${JIT:-auto}
   # a CUDA toolkit root (bin/nvcc and include/cuda_runtime.h): tvm-ffi builds with $CUDA_HOME
