@@ -45,6 +45,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -556,6 +557,20 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
 
 
+def run_group(cmd: list[str], timeout: float, what: str) -> int | None:
+    """Run ``cmd`` in a process group of its own; past ``timeout`` kill the whole group:
+    SGLang's scheduler and detokenizer processes hold the GPU's memory, and would outlive
+    a killed engine process."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"{what} ran past {timeout} s: killing its process group", flush=True)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+
+
 def all_flags(argv: list[str]) -> list[str]:
     """``all``'s flags that its ``run`` processes take (not --settings/--steps/--timeout)."""
     own = ("--settings", "--steps", "--timeout")
@@ -619,10 +634,7 @@ def main(argv: list[str] | None = None) -> None:
         for s in settings_from(args.settings, args.steps):
             cmd = [sys.executable, "-m", "bench.sglang_tokens", "run", "--setting", s.name, *flags]
             print("+", " ".join(cmd), flush=True)
-            try:
-                subprocess.run(cmd, check=False, timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                print(f"setting {s.name} ran past {args.timeout} s", flush=True)
+            run_group(cmd, args.timeout, f"setting {s.name}")
     elif args.cmd == "peers":
         rows = [r for path in args.rows for r in read_rows(path)]
         peers = sglang_peers(rows) + vllm_peers(r for r in rows if r.get("engine") != "sglang")

@@ -529,3 +529,26 @@ def test_run_batch_streams_every_request_and_returns_their_final_meta() -> None:
     eng.run_batch([[1]], tokens=2)
     assert eng.engine.calls[-1]["rid"] == "bench-3"  # request ids never repeat
     eng.engine.loop.close()
+
+
+def test_run_group_kills_the_engine_and_its_children(tmp_path: Path) -> None:
+    from bench.sglang_tokens import run_group
+
+    pid_file = tmp_path / "child.pid"
+    # a parent that starts a long-lived child, as an engine starts its scheduler
+    code = (
+        "import subprocess, sys, time;"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)"
+    )
+    assert run_group([sys.executable, "-c", code], 3, "test") is None
+    stat = Path(f"/proc/{int(pid_file.read_text())}/stat")
+    import time
+
+    for _ in range(50):  # SIGKILL is asynchronous; dead means gone or a zombie not yet reaped
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the child outlived its killed process group")
+    assert run_group([sys.executable, "-c", "pass"], 30, "test") == 0
