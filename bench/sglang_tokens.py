@@ -360,7 +360,9 @@ class SGLangEngine:
         from bench.sglang_hooks import RPC_SET_ACC_LEN
 
         value = self.setting.acc_len(profile)
-        if value is not None:
+        # one profile: the environment set it at start, and no RPC is needed (the fallback
+        # if the plugin cannot load: one engine per profile)
+        if value is not None and len(self.profiles) > 1:
             self.engine.collective_rpc(RPC_SET_ACC_LEN, value=value)
 
     def run_batch(
