@@ -10,8 +10,9 @@ libraries and registers the ops FROZEN_KV_MTP verifies with; every module on the
 Engine -> scheduler -> Gemma 4 -> FROZEN_KV_MTP -> triton path imports; the shape
 configs parse with the bundled transformers and resolve to SGLang's Gemma 4 classes;
 ServerArgs accepts every engine bench.sglang_tokens plans (every model, chain steps
-1-7, the tree); the benchmark's plugin is found by a spawned process and its RPC moves
-the global EAGLE's verify reads; the patched TokenizerManager hook attaches.
+1-7, the tree) and builds their target and draft model configs; the benchmark's plugin
+is found by a spawned process and its RPC moves the global EAGLE's verify reads; the
+patched TokenizerManager hook attaches.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def configs(shapes: Path) -> None:
 
 
 def server_args(shapes: Path) -> None:
+    from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.server_args import ServerArgs
 
     from bench import sglang_tokens as st
@@ -139,6 +141,12 @@ def server_args(shapes: Path) -> None:
             assert sa.max_running_requests == want["max_running_requests"], got
             assert sa.speculative_num_draft_tokens == want.get("speculative_num_draft_tokens")
             assert not sa.enable_mixed_chunk and sa.attention_backend == "triton", got
+            # the scheduler's model configs: the target, and the assistant as a draft
+            ModelConfig.from_server_args(sa)
+            if sa.speculative_draft_model_path:
+                ModelConfig.from_server_args(
+                    sa, model_path=sa.speculative_draft_model_path, is_draft_model=True
+                )
         print(f"      {size}: ServerArgs accepts {len(st.plan(args))} engines")
 
 
@@ -195,7 +203,7 @@ def main() -> None:
         "EAGLE verify reads SIMULATE_ACC_LEN per call; FROZEN_KV_MTP uses it", verify_reads_global
     )
     check("shape configs parse and resolve to SGLang's Gemma 4 classes", configs, shapes)
-    check("ServerArgs accepts every planned engine", server_args, shapes)
+    check("ServerArgs and the model configs of every planned engine", server_args, shapes)
     check("plugin found by a spawned process; its RPC sets the simulated AL", plugin)
     check("output recorder attaches to TokenizerManager", recorder)
     print(f"preflight: {len(failures)} failure(s)" + (f": {failures}" if failures else ""))
