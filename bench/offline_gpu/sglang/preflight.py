@@ -150,6 +150,83 @@ def server_args(shapes: Path) -> None:
         print(f"      {size}: ServerArgs accepts {len(st.plan(args))} engines")
 
 
+def _models_child(q, shapes: str) -> None:  # type: ignore[no-untyped-def]
+    """Build each target and assistant with SGLang's own classes on the meta device (no
+    memory, no kernels) and map the assistant's layers onto the target's KV owners, as
+    FROZEN_KV_MTP does at start. Runs in a process of its own: it sets up a one-rank
+    gloo "TP group", whose buffers SGLang would put on the (faked) GPU, so the tensor
+    factories are pointed at the CPU while it does."""
+    import os
+
+    import torch
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed import parallel_state as ps
+    from sglang.srt.model_loader.loader import _initialize_model
+    from sglang.srt.model_loader.utils import get_model_architecture
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+    from bench import sglang_tokens as st
+
+    factories = {n: getattr(torch, n) for n in ("ones", "zeros", "empty", "tensor", "full")}
+
+    def on_cpu(fn):  # type: ignore[no-untyped-def]
+        def f(*a, device=None, **k):  # type: ignore[no-untyped-def]
+            return fn(
+                *a, device="cpu" if device is not None and "cuda" in str(device) else device, **k
+            )
+
+        return f
+
+    out = []
+    for i, size in enumerate(("E4B", "31B", "26B-A4B")):
+        args = st.main_parser().parse_args(
+            ["all", "--model", size, "--shapes", shapes, "--settings", "chain:4"]
+        )
+        sa = ServerArgs(**st.plan(args)[0]["engine"])
+        set_global_server_args_for_scheduler(sa)
+        if i == 0:
+            for n, fn in factories.items():
+                setattr(torch, n, on_cpu(fn))
+            port = 29500 + os.getpid() % 1000
+            ps.init_distributed_environment(
+                backend="gloo",
+                world_size=1,
+                rank=0,
+                local_rank=0,
+                distributed_init_method=f"tcp://127.0.0.1:{port}",
+            )
+            ps.initialize_model_parallel(tensor_model_parallel_size=1)
+            for n, fn in factories.items():
+                setattr(torch, n, fn)
+        target_cfg = ModelConfig.from_server_args(sa)
+        draft_cfg = ModelConfig.from_server_args(
+            sa, model_path=sa.speculative_draft_model_path, is_draft_model=True
+        )
+        get_model_architecture(target_cfg)  # imports every model module, off the meta device
+        with torch.device("meta"):
+            target = _initialize_model(target_cfg, LoadConfig(load_format="dummy"))
+            assistant = _initialize_model(draft_cfg, LoadConfig(load_format="dummy"))
+        ctx = assistant.build_frozen_kv_mtp_context(target, None)
+        params = sum(p.numel() for p in target.parameters()) / 1e9
+        out.append(
+            f"{size}: {type(target).__name__} {params:.2f}B params, "
+            f"{type(assistant).__name__} reads target layers {ctx.physical_layer_ids}"
+        )
+    q.put(out)
+
+
+def models(shapes: Path) -> None:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_models_child, args=(q, str(shapes)))
+    p.start()
+    lines = q.get(timeout=900)
+    p.join()
+    for line in lines:
+        print(f"      {line}")
+
+
 def _plugin_child(q) -> None:  # type: ignore[no-untyped-def]
     # spawn re-imports this file first, so the fake GPU is installed here too
     from sglang.srt.plugins import load_plugins
@@ -204,6 +281,7 @@ def main() -> None:
     )
     check("shape configs parse and resolve to SGLang's Gemma 4 classes", configs, shapes)
     check("ServerArgs and the model configs of every planned engine", server_args, shapes)
+    check("SGLang's Gemma 4 classes build every target and assistant (meta device)", models, shapes)
     check("plugin found by a spawned process; its RPC sets the simulated AL", plugin)
     check("output recorder attaches to TokenizerManager", recorder)
     print(f"preflight: {len(failures)} failure(s)" + (f": {failures}" if failures else ""))
