@@ -549,7 +549,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--shapes", default="models/shapes")
     p.add_argument("--out", default="bench/results/sglang_tokens.jsonl")
-    p.add_argument("--label", default="", help="names the run (one host, one session)")
+    p.add_argument(
+        "--label", default="", help="names the run (one host, one sitting): tables keep runs apart"
+    )
     p.add_argument("--log-level", default="info")
     p.add_argument(
         "--prefill-graphs",
