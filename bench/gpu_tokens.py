@@ -49,6 +49,7 @@ from typing import Any
 from bench import thread_cpu
 from bench.host_phases import PHASES, HostPhases, host_table, ms_per_step, profile_run
 from bench.request_timing import ChunkClock, DraftTimer, draft_fields, latency_fields
+from bench.token_timing import Latencies
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -411,6 +412,16 @@ def repeats_at(concurrency: int, repeats: int, min_tokens: int, tokens: int) -> 
     return max(repeats, -(-min_tokens // per_run))
 
 
+def prompt_batches(conc: list[int], vocab: int, prompt_len: int) -> dict[int, list[list[int]]]:
+    """Each concurrency's prompts: random token ids from one ``random.Random(0)`` drawn
+    concurrency by concurrency in the order given, so every engine and every peer run
+    (``bench.sglang_tokens``) sees the same prompts."""
+    rng = random.Random(0)
+    return {
+        c: [[rng.randrange(10, vocab) for _ in range(prompt_len)] for _ in range(c)] for c in conc
+    }
+
+
 def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -418,7 +429,6 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     from vllm_frozen_kv_mtp.instrument import worker_drafter_info
 
     eng = Engine(args)
-    rng = random.Random(0)
 
     temperature = 0.0
 
@@ -476,11 +486,10 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 if eng.steps - s0 >= AUTO_WARMUP_STEPS:
                     break
 
-    for c in [int(x) for x in args.concurrency.split(",")]:
-        batch = [
-            TokensPrompt(prompt_token_ids=[rng.randrange(10, eng.vocab) for _ in range(n_prompt)])
-            for _ in range(c)
-        ]
+    conc = [int(x) for x in args.concurrency.split(",")]
+    prompts = prompt_batches(conc, eng.vocab, n_prompt)
+    for c in conc:
+        batch = [TokensPrompt(prompt_token_ids=ids) for ids in prompts[c]]
         eng.llm.generate(batch, params(args.tokens), use_tqdm=False)  # warm-up
         #: per run: decode tok/s, decode seconds, decode steps, drafts, accepted
         samples: dict[Any, list[tuple[float, float, int, int, int]]] = {cell: [] for cell in cells}
@@ -498,8 +507,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
         starts: dict[Any, list[float]] = {cell: [] for cell in cells}
         #: per cell over its timed runs: TTFT and inter-chunk gaps (ms), the draft
         #: rounds' device ms and the steps they spread over
-        ttfts: dict[Any, list[float]] = {cell: [] for cell in cells}
-        itls: dict[Any, list[float]] = {cell: [] for cell in cells}
+        lats: dict[Any, Latencies] = {cell: Latencies() for cell in cells}
         drafts_ms: dict[Any, list[float]] = {cell: [] for cell in cells}
         run_steps: dict[Any, int] = dict.fromkeys(cells, 0)
         max_batch: dict[Any, int] = dict.fromkeys(cells, 0)
@@ -519,9 +527,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
             submitted = time.perf_counter()
             starts[cell].append(round(submitted - eng.started, 2))
             eng.llm.generate(batch, params(args.tokens, seeds), use_tqdm=False)
-            ttft, itl = eng.chunk_clock.latencies(submitted)
-            ttfts[cell] += ttft
-            itls[cell] += itl
+            lats[cell].extend(eng.chunk_clock.latencies(submitted))
             drafts_ms[cell] += eng.draft_timer.collect()
             run_steps[cell] += len(eng.step_log)
             max_batch[cell] = max(max_batch[cell], max((r[1] for r in eng.step_log), default=0))
@@ -582,7 +588,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "prompt_len": args.prompt_len,
                 # fewer than c where the KV cache cannot hold c requests at this context
                 "max_batch": max_batch[cell],
-                **latency_fields(ttfts[cell], itls[cell]),
+                **latency_fields(lats[cell]),
                 # device ms of the draft rounds per engine step (all steps of the timed
                 # runs, prefill included) and its share of a decode step
                 **draft_fields(drafts_ms[cell], run_steps[cell], 1000 * decode / steps),

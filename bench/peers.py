@@ -134,9 +134,6 @@ def sglang_peers(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ---- vLLM rows (bench.gpu_tokens) ------------------------------------------------------
 
-#: what bench.gpu_tokens rows lack for the peers table
-GPU_TOKENS_MISSING = ("itl_p50_ms", "itl_p90_ms", "ttft_p50_ms")
-
 
 def _vllm_method(row: dict[str, Any]) -> tuple[str, str] | None:
     """(peers method, what) for the gpu_tokens rows the comparison keeps: no
@@ -160,9 +157,9 @@ def _vllm_method(row: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def vllm_peers(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """peers.json rows from ``bench.gpu_tokens`` rows. Its rows carry no ITL or TTFT
-    (GPU_TOKENS_MISSING): those fields are None until it records them. frozen k=4 comes
-    from the static engine where one ran, else from the sweep's pinned k=4."""
+    """peers.json rows from ``bench.gpu_tokens`` rows (rows timed before it recorded ITL
+    and TTFT leave them None). frozen k=4 comes from the static engine where one ran,
+    else from the sweep's pinned k=4."""
     rows = list(rows)
     static4 = {
         (r.get("label"), r["model"], r["concurrency"], r["profile"])

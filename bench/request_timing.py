@@ -4,10 +4,9 @@ time per step.
 
 A client sees a request's tokens in chunks, one chunk a step (more than one token when
 drafts were accepted). ``ChunkClock`` stamps each request's chunks where the engine
-hands them to the output processor, the last point before a server streams them, so
-TTFT is the time from a batch's submission to its request's first chunk and ITL is the
-gap between a request's consecutive chunks: the definitions of vLLM's and SGLang's
-serving benchmarks, which time the chunks of a stream.
+hands them to the output processor, the last point before a server streams them, and
+``bench.token_timing`` turns that log into TTFT and ITL with the definitions the SGLang
+peer's rows use.
 
 ``DraftTimer`` brackets the drafter's ``propose`` with CUDA events on the current
 stream. Under async scheduling the host returns from ``propose`` long before the device
@@ -17,26 +16,19 @@ between the two points, which is one graph replay per round on Model Runner V2.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Iterable
 from typing import Any
 
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (0..100), nearest rank; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
-    return ordered[rank]
+from bench.token_timing import Latencies, OutputEvent, latencies, percentile
 
 
 class ChunkClock:
-    """Per request id, the times its output chunks reached the output processor."""
+    """An output log (``bench.token_timing``) of what the output processor received:
+    one event a step, with the tokens each request gained in it."""
 
     def __init__(self) -> None:
-        self.chunks: dict[str, list[float]] = {}
+        self.events: list[OutputEvent] = []
         self.enabled = True
 
     def wrap(self, output_processor: Any) -> None:
@@ -44,37 +36,36 @@ class ChunkClock:
 
         def stamped(outputs: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
             if self.enabled:
-                now = time.perf_counter()
-                for out in outputs:
-                    if getattr(out, "new_token_ids", None):
-                        self.chunks.setdefault(out.request_id, []).append(now)
+                gained = {
+                    out.request_id: len(out.new_token_ids)
+                    for out in outputs
+                    if getattr(out, "new_token_ids", None)
+                }
+                if gained:
+                    self.events.append((time.perf_counter(), gained))
             return original(outputs, *args, **kwargs)
 
         output_processor.process_outputs = stamped
 
     def clear(self) -> None:
-        self.chunks.clear()
+        self.events.clear()
 
-    def latencies(self, submitted: float) -> tuple[list[float], list[float]]:
-        """(TTFT per request, every gap between consecutive chunks), in ms, of the requests
-        stamped since the last ``clear``, for a batch submitted at ``submitted``."""
-        ttft, itl = [], []
-        for times in self.chunks.values():
-            ttft.append(1000 * (times[0] - submitted))
-            itl.extend(1000 * (b - a) for a, b in zip(times, times[1:], strict=False))
-        return ttft, itl
+    def latencies(self, submitted: float) -> Latencies:
+        """TTFT and inter-chunk gaps of the requests stamped since the last ``clear``, for a
+        batch submitted at ``submitted``."""
+        return latencies(self.events, submitted)
 
 
-def latency_fields(ttft: list[float], itl: list[float]) -> dict[str, float | None]:
+def latency_fields(samples: Latencies) -> dict[str, float | None]:
     """A row's latency columns from the pooled samples of its timed runs."""
 
     def r(x: float | None) -> float | None:
         return None if x is None else round(x, 3)
 
     return {
-        "ttft_p50_ms": r(statistics.median(ttft) if ttft else None),
-        "itl_p50_ms": r(percentile(itl, 50)),
-        "itl_p90_ms": r(percentile(itl, 90)),
+        "ttft_p50_ms": r(percentile(samples.ttft_ms, 50)),
+        "itl_p50_ms": r(percentile(samples.itl_ms, 50)),
+        "itl_p90_ms": r(percentile(samples.itl_ms, 90)),
     }
 
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
 import statistics
 import subprocess
@@ -55,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_tokens import PROFILES, interleaved, repeats_at
+from bench.gpu_tokens import PROFILES, interleaved, prompt_batches, repeats_at
 from bench.peers import (
     TREE_AL_SOURCE,
     chain_al,
@@ -234,15 +233,6 @@ def format_plan(engines: list[dict[str, Any]]) -> str:
     runs = sum(e["batch_runs"] for e in engines)
     out.append(f"{len(engines)} engine starts, {runs} closed batches")
     return "\n".join(out)
-
-
-def prompt_batches(conc: list[int], vocab: int, prompt_len: int) -> dict[int, list[list[int]]]:
-    """The prompts ``bench.gpu_tokens`` runs at each concurrency: one ``random.Random(0)``
-    drawn concurrency by concurrency, in the order given (keep gpu_tokens' order)."""
-    rng = random.Random(0)
-    return {
-        c: [[rng.randrange(10, vocab) for _ in range(prompt_len)] for _ in range(c)] for c in conc
-    }
 
 
 # ---- the engine (GPU) -------------------------------------------------------------

@@ -7,16 +7,8 @@ from typing import Any
 
 import pytest
 
-from bench.request_timing import ChunkClock, draft_fields, latency_fields, percentile
-
-
-def test_percentile_nearest_rank() -> None:
-    assert percentile([], 50) is None
-    assert percentile([5.0], 90) == 5.0
-    values = [float(x) for x in range(1, 11)]
-    assert percentile(values, 50) in (5.0, 6.0)
-    assert percentile(values, 90) == 9.0
-    assert percentile(values, 100) == 10.0
+from bench.request_timing import ChunkClock, draft_fields, latency_fields
+from bench.token_timing import Latencies
 
 
 class _Processor:
@@ -43,21 +35,22 @@ def test_chunk_clock_stamps_chunks_and_keeps_the_call(monkeypatch: pytest.Monkey
     assert proc.process_outputs([_out("a", 1), _out("b", 1)]) == "processed"
     proc.process_outputs([_out("a", 2), _out("b", 0)])
     proc.process_outputs([_out("a", 3), _out("b", 1)])
-    ttft, itl = clock.latencies(submitted=9.9)
-    assert ttft == pytest.approx([100.0, 100.0])
+    lat = clock.latencies(submitted=9.9)
+    assert lat.ttft_ms == pytest.approx([100.0, 100.0])
     # a: gaps 20 ms and 30 ms; b: one gap of 50 ms
-    assert sorted(itl) == pytest.approx([20.0, 30.0, 50.0])
+    assert sorted(lat.itl_ms) == pytest.approx([20.0, 30.0, 50.0])
+    assert clock.events[1] == (10.02, {"a": 2})
     clock.clear()
-    assert clock.latencies(0.0) == ([], [])
+    assert clock.latencies(0.0).itl_ms == []
     assert len(proc.seen) == 3
 
 
 def test_latency_and_draft_fields() -> None:
-    f = latency_fields([10.0, 30.0, 20.0], [1.0, 2.0, 3.0, 4.0, 100.0])
+    f = latency_fields(Latencies(ttft_ms=[10.0, 30.0, 20.0], itl_ms=[1.0, 2.0, 3.0, 4.0, 100.0]))
     assert f["ttft_p50_ms"] == 20.0
     assert f["itl_p50_ms"] == 3.0
-    assert f["itl_p90_ms"] == 100.0
-    assert latency_fields([], [])["itl_p90_ms"] is None
+    assert f["itl_p90_ms"] == pytest.approx(61.6)  # linear between ranks, as numpy
+    assert latency_fields(Latencies())["itl_p90_ms"] is None
     # 10 rounds of 1.5 ms over 12 steps (two k = 0 steps) at 5 ms a step
     d = draft_fields([1.5] * 10, steps=12, step_ms=5.0)
     assert d["draft_ms_per_step"] == pytest.approx(1.25)
