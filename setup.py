@@ -30,6 +30,6 @@ setup(
     },
     entry_points={
         "vllm.general_plugins": ["frozen_kv_mtp = vllm_frozen_kv_mtp:register"],
-        "console_scripts": ["frozen-kv-mtp = vllm_frozen_kv_mtp.cli:main"],
+        "console_scripts": ["frozen-kv-mtp = vllm_frozen_kv_mtp.frontend.cli:main"],
     },
 )

@@ -29,7 +29,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from vllm_frozen_kv_mtp.fixtures.shapes import shape
+from vllm_frozen_kv_mtp.frontend.published_sizes import shape
 
 BASE_PROMPT = 128
 

@@ -153,7 +153,7 @@ def shape_engine(
     from vllm import LLM
 
     from vllm_frozen_kv_mtp.fixtures.dummy import fill_dummy_token_ordering
-    from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
+    from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
 
     fill_dummy_token_ordering()
 

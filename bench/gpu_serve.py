@@ -40,7 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_frozen_kv_mtp.fixtures.shapes import SHAPES, ensure_shape_pair, shape, write_shape_pair
+from vllm_frozen_kv_mtp.frontend.published_sizes import (
+    SHAPES,
+    ensure_shape_pair,
+    shape,
+    write_shape_pair,
+)
 from vllm_frozen_kv_mtp.serving import client, load
 from vllm_frozen_kv_mtp.serving.openai_server import free_port, start_server
 

@@ -90,9 +90,9 @@ class Engine:
         vllm_frozen_kv_mtp.register()  # the plugin may not be pip-installed on the host
         from vllm import LLM
 
-        from vllm_frozen_kv_mtp.config import graph_capture_schedule
+        from vllm_frozen_kv_mtp.draft_length.stand_in import graph_capture_schedule
         from vllm_frozen_kv_mtp.fixtures.dummy import fill_dummy_token_ordering
-        from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
+        from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
 
         self.kind = args.engine
         self.vllm_version = vllm.__version__

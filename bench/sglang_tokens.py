@@ -187,7 +187,7 @@ def profiles_of(setting: Setting, text: str) -> list[str]:
 
 def shape_dirs(args: argparse.Namespace) -> tuple[str, str]:
     """(target, assistant) config-only directories of ``--model`` (written if missing)."""
-    from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
+    from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
 
     t, a = ensure_shape_pair(args.model, args.shapes)
     return str(t), str(a)

@@ -228,8 +228,8 @@ class Sampler:
 def resolve_model(a: argparse.Namespace, scratch: Path) -> tuple[str, str, int]:
     """(target, assistant, k_max): the committed trained pair, explicit directories, or
     config-only real shapes (dummy weights) with the trained pair's tokenizer."""
-    from vllm_frozen_kv_mtp.fixtures.shapes import shape, write_shape_pair
     from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
+    from vllm_frozen_kv_mtp.frontend.published_sizes import shape, write_shape_pair
 
     tdir, adir = trained_pair_paths()
     if a.trained:

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-#: shape -> layer -> (head size, window, query heads, KV heads), from fixtures/shapes.py
+#: shape -> layer -> (head size, window, query heads, KV heads), from frontend/published_sizes.py
 SHAPES = {
     "E4B": {"sliding": (256, 512, 4, 2), "full": (512, None, 4, 2)},
     "31B": {"sliding": (256, 1024, 32, 16), "full": (512, None, 32, 4)},

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: shape -> layer -> (head size, window, query heads, KV heads), from fixtures/shapes.py
+#: shape -> layer -> (head size, window, query heads, KV heads), from frontend/published_sizes.py
 #: (an assistant's global layer reads the target's global KV: num_global_key_value_heads
 #: where the checkpoint sets it, else num_key_value_heads)
 SHAPES = {

@@ -152,7 +152,7 @@ def test_auto_settles_on_k_max_when_everything_is_accepted() -> None:
 
 
 def test_auto_uses_our_scheduler_and_vllm_sees_a_dynamic_schedule() -> None:
-    from vllm_frozen_kv_mtp.scheduling.scheduler import _GoodputK
+    from vllm_frozen_kv_mtp.draft_length.scheduler import _GoodputK
 
     target, assistant = pair("fp32")
     spec = {"method": METHOD, "model": assistant, "num_speculative_tokens": "auto"}

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import pair
-from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
-from vllm_frozen_kv_mtp.multimodal import processor_import_error
+from vllm_frozen_kv_mtp.frontend.multimodal import processor_import_error
+from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
 ARCH = "Gemma4ForConditionalGeneration"
 

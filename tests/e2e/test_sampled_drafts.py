@@ -21,7 +21,7 @@ import torch
 
 from tests.conftest import pair
 from tests.utils.engine import PROMPTS, drafter, engine, plugin_log, spec_metrics
-from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
 pytestmark = pytest.mark.engine
 

@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import MODELS, REPO, pair
 from tests.utils.engine import PROMPTS
-from vllm_frozen_kv_mtp.fixtures.shapes import hub_to_local
+from vllm_frozen_kv_mtp.frontend.published_sizes import hub_to_local
 from vllm_frozen_kv_mtp.serving import client, load, ray_serve
 from vllm_frozen_kv_mtp.serving.openai_server import free_port, start_server
 

@@ -16,7 +16,8 @@ import random
 import pytest
 
 from tests.unit.test_k_policy import CHAT, CODE, accepted
-from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings
+from vllm_frozen_kv_mtp.draft_length.policy import GoodputPolicy
+from vllm_frozen_kv_mtp.draft_length.settings import PolicySettings
 
 BATCH = 32
 

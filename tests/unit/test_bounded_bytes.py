@@ -14,7 +14,7 @@ from bench.bounded_bytes import (
     slope,
     verify_kv_bytes,
 )
-from vllm_frozen_kv_mtp.fixtures.shapes import shape
+from vllm_frozen_kv_mtp.frontend.published_sizes import shape
 
 
 def test_bytes_per_key_follow_the_shapes() -> None:

@@ -143,7 +143,7 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
     names (``auto`` resolved per bucket size), and sends "upstream" and any round that
     needs draft logits to vLLM's own ``sample_draft``."""
     import vllm_frozen_kv_mtp.v2.speculator as speculator_module
-    from vllm_frozen_kv_mtp.config import FrozenKVOptions
+    from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
     cls = speculator_module.FrozenKVMTPSpeculator
     seen: list[str] = []

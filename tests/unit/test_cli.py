@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import REPO, pair
 
 TRAINED = "vllm_frozen_kv_mtp/fixtures/data/trained"
-CLI = [sys.executable, "-m", "vllm_frozen_kv_mtp.cli"]
+CLI = [sys.executable, "-m", "vllm_frozen_kv_mtp.frontend.cli"]
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -64,7 +64,7 @@ def test_check_config_plugin_checks_do_not_import_vllm() -> None:
     """What makes the default check take seconds: vLLM's import alone costs most of the
     ten seconds a full check takes."""
     code = (
-        "import sys; from vllm_frozen_kv_mtp.cli import main; "
+        "import sys; from vllm_frozen_kv_mtp.frontend.cli import main; "
         f"rc = main(['check-config', {TRAINED + '/target'!r}, "
         f"{_spec(TRAINED + '/assistant')!r}]); "
         "print('vllm imported' if 'vllm' in sys.modules else 'vllm not imported'); "
@@ -225,8 +225,8 @@ def test_readme_check_config_commands_work_as_written() -> None:
 
 
 def test_options_lists_every_accepted_key_with_its_default() -> None:
-    from vllm_frozen_kv_mtp.config import UNSUPPORTED_KEYS
-    from vllm_frozen_kv_mtp.option_help import accepted_keys
+    from vllm_frozen_kv_mtp.frontend.option_help import accepted_keys
+    from vllm_frozen_kv_mtp.frontend.translate import UNSUPPORTED_KEYS
 
     r = _cli("options")
     assert r.returncode == 0, r.stderr
@@ -245,7 +245,7 @@ def test_options_into_a_closed_pipe_exits_quietly() -> None:
 def test_options_table_matches_the_parser_and_the_docs() -> None:
     """A key the parser accepts but the table lacks, or a key missing from the doc the
     table sends its reader to, fails here."""
-    from vllm_frozen_kv_mtp.option_help import EXPERT_KEYS, USER_KEYS, accepted_keys
+    from vllm_frozen_kv_mtp.frontend.option_help import EXPERT_KEYS, USER_KEYS, accepted_keys
 
     assert set(USER_KEYS) | set(EXPERT_KEYS) == accepted_keys()
     for table in (USER_KEYS, EXPERT_KEYS):

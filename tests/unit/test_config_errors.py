@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, pair
-from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
 
 def _engine_config(target: str, spec: dict[str, Any] | None, **kw: Any) -> Any:
@@ -122,7 +122,7 @@ def test_missing_model_of_the_trained_pair_relative_path(monkeypatch: pytest.Mon
 
 
 def test_assistant_for_hub_ids_and_lonely_directories(tmp_path: Path) -> None:
-    from vllm_frozen_kv_mtp.config import assistant_for
+    from vllm_frozen_kv_mtp.frontend.pair import assistant_for
 
     assert assistant_for("google/gemma-4-E4B-it", None) == "google/gemma-4-E4B-it-assistant"
     assert assistant_for("meta-llama/Llama-3.1-8B", None) is None
@@ -159,7 +159,7 @@ def test_no_vllm_method_reads_as_a_typo() -> None:
     import vllm.config  # noqa: F401 - vllm.config.speculative alone hits an import cycle
     from vllm.config.speculative import SpeculativeMethod
 
-    from vllm_frozen_kv_mtp.config import _check_method_typo
+    from vllm_frozen_kv_mtp.frontend.translate import _check_method_typo
 
     def names(t: Any) -> list[str]:
         args = typing.get_args(t)
@@ -416,7 +416,7 @@ def test_bad_schedule_refused_with_vllms_reason(
 
 
 def test_auto_sets_the_goodput_scheduler_and_a_capture_schedule(fp32: tuple[str, str]) -> None:
-    from vllm_frozen_kv_mtp.config import AUTO_SCHEDULER_CLS
+    from vllm_frozen_kv_mtp.draft_length.request import AUTO_SCHEDULER_CLS
 
     target, assistant = fp32
     cfg = _engine_config(
@@ -469,7 +469,7 @@ def test_bad_auto_settings_refused(
 
 
 def test_auto_refused_with_data_parallel(fp32: tuple[str, str]) -> None:
-    from vllm_frozen_kv_mtp.config import translate_speculative_config
+    from vllm_frozen_kv_mtp.frontend.translate import translate_speculative_config
 
     target, assistant = fp32
     from vllm.engine.arg_utils import EngineArgs
@@ -550,7 +550,7 @@ def test_draft_sample_method_passes_to_vllm(fp32: tuple[str, str], value: str) -
 def test_startup_log_names_the_draft_and_verification_methods(
     fp32: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import vllm_frozen_kv_mtp.config as config
+    import vllm_frozen_kv_mtp.frontend.translate as config
 
     # vLLM reconfigures its loggers while it builds a config, so read the calls instead
     lines: list[str] = []
@@ -575,7 +575,7 @@ def test_sampled_drafts_are_the_default_on_every_runner(fp32: tuple[str, str]) -
 def test_synthetic_acceptance_keeps_greedy_drafts() -> None:
     """Pure logic: synthetic acceptance reads no draft probabilities, so the default
     there stays greedy (sampled drafts with it are refused below)."""
-    from vllm_frozen_kv_mtp.config import draft_sample_method
+    from vllm_frozen_kv_mtp.frontend.translate import draft_sample_method
 
     assert draft_sample_method({"rejection_sample_method": "synthetic"}) == "greedy"
     assert draft_sample_method({"rejection_sample_method": "block"}) == "probabilistic"
@@ -584,7 +584,7 @@ def test_synthetic_acceptance_keeps_greedy_drafts() -> None:
 
 def test_sampled_drafts_with_synthetic_acceptance_refused() -> None:
     """Pure logic (synthetic acceptance is refused on CPU before this check runs)."""
-    from vllm_frozen_kv_mtp.config import _check_draft_sample_method
+    from vllm_frozen_kv_mtp.frontend.translate import _check_draft_sample_method
 
     cfg: dict[str, Any] = {
         "draft_sample_method": "probabilistic",

@@ -1,7 +1,7 @@
 """configs/ and the README's GPU command validate through vLLM with the plugin.
 
 No weights and no hub: real-shape, config-only model dirs stand in for the published
-checkpoints (vllm_frozen_kv_mtp/fixtures/shapes.py) and the hub ids are swapped for them.
+checkpoints (vllm_frozen_kv_mtp/frontend/published_sizes.py) and the hub ids are swapped for them.
 vLLM's own ``--config`` parser reads each YAML, and ``create_engine_config()`` runs the
 plugin's front-end validation (assistant/target shapes, k, keys). TP=2 validates on this
 CPU machine as well (config only; no worker starts), so the shipped TP is kept.
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from vllm_frozen_kv_mtp.fixtures.shapes import SHAPES, hub_to_local, shape
+from vllm_frozen_kv_mtp.frontend.published_sizes import SHAPES, hub_to_local, shape
 
 CONFIGS = REPO / "configs"
 SIZE_FILES = {size: CONFIGS / f"gemma4-{size.lower()}.yaml" for size in SHAPES}
@@ -101,8 +101,8 @@ def test_config_validates_through_vllm(size: str, hub: dict[str, str]) -> None:
 def test_shape_pairs_read_the_expected_target_layers(size: str, hub: dict[str, str]) -> None:
     from transformers import AutoConfig
 
-    from vllm_frozen_kv_mtp.config import validate_pair
-    from vllm_frozen_kv_mtp.gemma4_shapes import kv_owner_layers, text_config
+    from vllm_frozen_kv_mtp.frontend.layer_shapes import kv_owner_layers, text_config
+    from vllm_frozen_kv_mtp.frontend.pair import validate_pair
 
     spec = shape(size)
     target = AutoConfig.from_pretrained(hub[spec.hub_id])
@@ -113,7 +113,7 @@ def test_shape_pairs_read_the_expected_target_layers(size: str, hub: dict[str, s
 
 
 def test_mismatched_sizes_are_refused(hub: dict[str, str]) -> None:
-    from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+    from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
     argv = ["--config", str(SIZE_FILES["E4B"])]
     argv += [

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from tests.utils.triton_interpreter import run_in_triton_interpreter
-from vllm_frozen_kv_mtp.config import DENSE_HEADS
 from vllm_frozen_kv_mtp.kernels.dense_head import (
     FP8_MAX,
     FP8_MAX_ROWS,
@@ -23,6 +22,7 @@ from vllm_frozen_kv_mtp.kernels.dense_head import (
     dense_top_tokens_reference,
     quantize_rows_fp8,
 )
+from vllm_frozen_kv_mtp.options import DENSE_HEADS
 
 
 def make_case(rows: int, vocab: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,7 +134,7 @@ def test_v2_sample_draft_uses_the_dense_head(monkeypatch: pytest.MonkeyPatch) ->
     with the prepared head; a round that needs draft logits, and a head whose launch
     failed (``top_tokens`` None), go to vLLM's own ``sample_draft``."""
     import vllm_frozen_kv_mtp.v2.speculator as speculator_module
-    from vllm_frozen_kv_mtp.config import FrozenKVOptions
+    from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
     cls = speculator_module.FrozenKVMTPSpeculator
     seen: list[str] = []

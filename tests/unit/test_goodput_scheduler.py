@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings, cell_of
-from vllm_frozen_kv_mtp.scheduling.scheduler import _GoodputK, _PolicyLookup
+from vllm_frozen_kv_mtp.draft_length.cells import cell_of
+from vllm_frozen_kv_mtp.draft_length.policy import GoodputPolicy
+from vllm_frozen_kv_mtp.draft_length.scheduler import _GoodputK, _PolicyLookup
+from vllm_frozen_kv_mtp.draft_length.settings import PolicySettings
 
 
 def _output(batch: int, verified: int, k: int, prefill_tokens: int = 0, context: int = 100) -> Any:
@@ -151,7 +153,7 @@ def test_the_k_line_is_logged_when_the_engine_runs_dry(
     engine runs out of requests it logs what ran, later idles only once the interval is
     up (a trickle of short requests must not log a line each), and a long stretch of
     work logs once per interval and when it ends."""
-    import vllm_frozen_kv_mtp.scheduling.scheduler as sched_mod
+    import vllm_frozen_kv_mtp.draft_length.scheduler as sched_mod
 
     clock = [100.0]
     monkeypatch.setattr(sched_mod.time, "monotonic", lambda: clock[0])

@@ -161,7 +161,7 @@ def test_a_kept_auto_policy_learns_only_from_its_own_rows() -> None:
     from types import SimpleNamespace
 
     from bench.gpu_tokens import Engine
-    from vllm_frozen_kv_mtp.scheduling.scheduler import _GoodputK
+    from vllm_frozen_kv_mtp.draft_length.scheduler import _GoodputK
 
     sched = SimpleNamespace(num_spec_tokens=3)
     sched.reset_k_policy = lambda policy=None: _GoodputK.reset_k_policy(sched, policy)  # type: ignore[arg-type]

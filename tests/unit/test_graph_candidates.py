@@ -15,7 +15,8 @@ import pytest
 cg = pytest.importorskip("vllm.v1.worker.gpu.cudagraph_utils")
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 
-from vllm_frozen_kv_mtp.config import ADDITIONAL_CONFIG_KEY, graph_capture_schedule  # noqa: E402
+from vllm_frozen_kv_mtp.draft_length.stand_in import graph_capture_schedule  # noqa: E402
+from vllm_frozen_kv_mtp.options import ADDITIONAL_CONFIG_KEY  # noqa: E402
 from vllm_frozen_kv_mtp.patches.graph_candidates import add_uniform_fallbacks  # noqa: E402
 
 
@@ -150,7 +151,8 @@ def test_a_user_schedule_keeps_its_own_k_set() -> None:
 def test_runnable_draft_lengths_are_what_both_graph_sets_capture() -> None:
     """The k's the verify and draft graphs are captured for: every k under "auto"
     whatever max_num_seqs is; a schedule's own k's, cut at max_num_seqs as vLLM does."""
-    from vllm_frozen_kv_mtp.config import FrozenKVOptions, runnable_draft_lengths
+    from vllm_frozen_kv_mtp.draft_length.stand_in import runnable_draft_lengths
+    from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
     auto = FrozenKVOptions(k_policy="auto")
     stand_in = SimpleNamespace(num_speculative_tokens_per_batch_size=graph_capture_schedule(7))

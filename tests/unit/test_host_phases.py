@@ -103,7 +103,8 @@ def test_host_table_lists_rows_with_phases_and_their_kernel_time() -> None:
 
 def test_cost_samples_list_each_keys_samples_in_ms_with_their_step() -> None:
     from bench.gpu_tokens import cost_samples
-    from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings
+    from vllm_frozen_kv_mtp.draft_length.policy import GoodputPolicy
+    from vllm_frozen_kv_mtp.draft_length.settings import PolicySettings
 
     policy = GoodputPolicy(PolicySettings(k_max=3, settle_samples=0))  # every step counts
     for batch, k, seconds in [(200, 1, 0.0135), (256, 1, 0.0221), (256, 3, 0.0196), (8, 3, 0.007)]:

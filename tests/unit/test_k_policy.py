@@ -13,12 +13,9 @@ import random
 
 import pytest
 
-from vllm_frozen_kv_mtp.scheduling.k_policy import (
-    AcceptanceEstimate,
-    GoodputPolicy,
-    PolicySettings,
-    cell_of,
-)
+from vllm_frozen_kv_mtp.draft_length.cells import cell_of
+from vllm_frozen_kv_mtp.draft_length.policy import AcceptanceEstimate, GoodputPolicy
+from vllm_frozen_kv_mtp.draft_length.settings import PolicySettings
 
 CODE = [0.90, 0.80, 0.70, 0.60, 0.52, 0.45, 0.40]
 PROSE = [0.45, 0.20, 0.09, 0.04, 0.02, 0.01, 0.0]

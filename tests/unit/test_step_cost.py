@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from vllm_frozen_kv_mtp.scheduling import cost_fit, step_cost
-from vllm_frozen_kv_mtp.scheduling.k_policy import PolicySettings
-from vllm_frozen_kv_mtp.scheduling.step_cost import StepCost, bucket, cell_of
+from vllm_frozen_kv_mtp.draft_length import cost_fit, step_cost
+from vllm_frozen_kv_mtp.draft_length.cells import bucket, cell_of
+from vllm_frozen_kv_mtp.draft_length.settings import PolicySettings
+from vllm_frozen_kv_mtp.draft_length.step_cost import StepCost
 
 C8 = cell_of(8)
 

@@ -21,12 +21,6 @@ from typing import Any
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
-#: the option's default: leave vLLM's threshold alone
-VLLM_DEFAULT = -1
-#: values of the ``draft_attention`` option: vLLM's kernels (default) or the split
-#: decode kernel for one-row batches (split_decode_impl.py)
-DRAFT_ATTENTIONS = ("vllm", "split")
-
 
 def set_sliding_split_kv_max_rows(attn_groups: Any, max_rows: int) -> dict[str, int]:
     """Let the drafter's sliding-window attention split KV only for batches of at most

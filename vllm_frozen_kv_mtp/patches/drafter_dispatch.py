@@ -14,7 +14,7 @@ def _dispatching_new(base: type, subclass_path: str) -> Any:
 
     def __new__(cls: type, vllm_config: Any, *args: Any, **kwargs: Any) -> Any:
         if cls is base:
-            from vllm_frozen_kv_mtp.config import options_from_vllm_config
+            from vllm_frozen_kv_mtp.options import options_from_vllm_config
 
             if options_from_vllm_config(vllm_config) is not None:
                 module_name, _, cls_name = subclass_path.rpartition(".")

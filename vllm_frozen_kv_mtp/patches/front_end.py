@@ -14,7 +14,7 @@ def _patch_create_speculative_config(mod: ModuleType) -> None:
 
 
 def _translating(original: Callable[..., Any]) -> Callable[..., Any]:
-    from vllm_frozen_kv_mtp.config import translate_speculative_config
+    from vllm_frozen_kv_mtp.frontend.translate import translate_speculative_config
 
     def create_speculative_config(
         self: Any, target_model_config: Any, target_parallel_config: Any

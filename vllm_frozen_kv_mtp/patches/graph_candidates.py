@@ -37,11 +37,8 @@ def _patch_uniform_graph_candidates(mod: ModuleType) -> None:
 
     def with_uniform_fallbacks(original: Callable[[Any], None]) -> Callable[[Any], None]:
         def _init_candidates(self: Any) -> None:
-            from vllm_frozen_kv_mtp.config import (
-                AUTO_K,
-                options_from_vllm_config,
-                runnable_draft_lengths,
-            )
+            from vllm_frozen_kv_mtp.draft_length.stand_in import runnable_draft_lengths
+            from vllm_frozen_kv_mtp.options import AUTO_K, options_from_vllm_config
 
             options = options_from_vllm_config(self.vllm_config)
             if options is not None and options.k_policy == AUTO_K:

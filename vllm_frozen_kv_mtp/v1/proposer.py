@@ -27,7 +27,6 @@ import torch
 from vllm.v1.sample.ops.topk_topp_sampler import random_sample
 from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
-from vllm_frozen_kv_mtp.config import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.frozen_kv import (
     PADDING_SLOT_ID,
     DraftStats,
@@ -37,13 +36,14 @@ from vllm_frozen_kv_mtp.frozen_kv import (
     seed_row_indices,
     target_kv_checksum,
 )
-from vllm_frozen_kv_mtp.kernels.draft_attention import VLLM_DEFAULT
 from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
 from vllm_frozen_kv_mtp.kv_readonly import (
     check_drafter_owns_no_kv,
     check_readonly_wiring,
     copy_target_kv_scales,
 )
+from vllm_frozen_kv_mtp.options import VLLM_SPLIT_KV_THRESHOLD as VLLM_DEFAULT
+from vllm_frozen_kv_mtp.options import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 from vllm_frozen_kv_mtp.v1.draft_q import mask_outside_top_k_top_p
 
@@ -85,7 +85,7 @@ class FrozenKVMTPProposer(Gemma4Proposer):
 
     def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None) -> None:
         if vllm_config.speculative_config.rejection_sample_method == "block":
-            from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+            from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
             # vLLM's V1 RejectionSampler has no block verification and would verify
             # with "standard" without a word; config time catches CPU and an explicit

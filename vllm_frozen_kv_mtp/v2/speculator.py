@@ -42,11 +42,7 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
     SpeculatorBatchDescriptor,
 )
 
-from vllm_frozen_kv_mtp.config import (
-    FrozenKVOptions,
-    options_from_vllm_config,
-    runnable_draft_lengths,
-)
+from vllm_frozen_kv_mtp.draft_length.stand_in import runnable_draft_lengths
 from vllm_frozen_kv_mtp.frozen_kv import (
     DraftStats,
     KVWriteError,
@@ -63,6 +59,7 @@ from vllm_frozen_kv_mtp.kv_readonly import (
     check_drafter_owns_no_kv,
     check_readonly_wiring,
 )
+from vllm_frozen_kv_mtp.options import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 from vllm_frozen_kv_mtp.v2.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
 

@@ -106,7 +106,7 @@ def configs(shapes: Path) -> None:
     from sglang.srt.models.registry import ModelRegistry
     from sglang.srt.utils.hf_transformers_utils import get_config
 
-    from vllm_frozen_kv_mtp.fixtures.shapes import ensure_shape_pair
+    from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
 
     for size in ("E4B", "31B", "26B-A4B"):
         for d in ensure_shape_pair(size, shapes):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
 #: the modalities that run through the vision tower and its processor
 VISION_MODALITIES = ("image", "video")

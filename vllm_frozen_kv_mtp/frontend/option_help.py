@@ -11,17 +11,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 
-from vllm_frozen_kv_mtp.config import (
+from vllm_frozen_kv_mtp.frontend.translate import PASSTHROUGH_KEYS, UNSUPPORTED_KEYS
+from vllm_frozen_kv_mtp.options import (
     AUTO_DEFAULT_K_MAX,
     CENTROID_HEADS,
     DENSE_HEADS,
     DRAFT_SAMPLE_METHODS,
     MAX_NUM_SPECULATIVE_TOKENS,
-    PASSTHROUGH_KEYS,
     PLUGIN_KEYS,
     REJECTION_METHODS,
     TARGET_SOFTCAPS,
-    UNSUPPORTED_KEYS,
     FrozenKVOptions,
 )
 

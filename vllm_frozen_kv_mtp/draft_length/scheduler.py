@@ -25,7 +25,8 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from vllm_frozen_kv_mtp.scheduling.k_policy import GoodputPolicy, PolicySettings
+from vllm_frozen_kv_mtp.draft_length.policy import GoodputPolicy
+from vllm_frozen_kv_mtp.draft_length.settings import PolicySettings
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 

@@ -1,7 +1,7 @@
 """What one more draft costs: step time per k, learned from the steps around each change of k.
 
 The goodput policy needs, per cell (batch bucket and context bucket,
-:mod:`vllm_frozen_kv_mtp.scheduling.cells`), how the step time grows with k; only the
+:mod:`vllm_frozen_kv_mtp.draft_length.cells`), how the step time grows with k; only the
 ratios between k matter. Absolute step times measured at different moments cannot
 give them where the host sets the pace (high concurrency): a shared machine's speed
 moves by up to 2x over seconds, and a closed batch draining within its bucket moves
@@ -14,7 +14,7 @@ cancel. An edge reads the deeper k between 1x and the break-even ratio of its tw
 is the median of its latest edges.
 
 The curve is fitted to the pairs by least squares held to a prior curve
-(:mod:`vllm_frozen_kv_mtp.scheduling.cost_fit`): the curve of the nearest context
+(:mod:`vllm_frozen_kv_mtp.draft_length.cost_fit`): the curve of the nearest context
 bucket of the same batch bucket, or a prior slope. How much the pairs weigh against
 it follows the host's timing noise, measured as it goes from what an edge reads where
 k did not change (two adjacent windows of one run at one k): on a busy CPU such a
@@ -31,15 +31,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, deque
-from typing import TYPE_CHECKING
 
-from vllm_frozen_kv_mtp.scheduling import cost_fit
-from vllm_frozen_kv_mtp.scheduling.cells import Cell, bucket, cell_of
-
-if TYPE_CHECKING:
-    from vllm_frozen_kv_mtp.scheduling.k_policy import PolicySettings
-
-__all__ = ["Cell", "Key", "StepCost", "bucket", "cell_of"]
+from vllm_frozen_kv_mtp.draft_length import cost_fit
+from vllm_frozen_kv_mtp.draft_length.cells import Cell, cell_of
+from vllm_frozen_kv_mtp.draft_length.settings import PolicySettings
 
 Key = tuple[Cell, int]  # (cell, k)
 

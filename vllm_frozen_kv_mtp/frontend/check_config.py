@@ -12,7 +12,7 @@ Two depths:
 Every outcome is one line, the last one printed: ``ok: ...`` on stdout, or ``error: ...``
 (the problem and its fix) on stderr with exit code 2. Hub ids of the published Gemma 4
 sizes can be checked offline against their config-only shapes (``shape=True``), which
-ship with the plugin (``fixtures/shapes.py``).
+ship with the plugin (``published_sizes.py``).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def _unreadable(req: Request, name: str, role: str, e: Exception, names: dict[st
             f"cannot read the {role} config in {name} ({type(e).__name__}: {reason}). "
             "Fix: pass a directory with a Gemma 4 config.json."
         )
-    from vllm_frozen_kv_mtp.fixtures.shapes import SHAPES
+    from vllm_frozen_kv_mtp.frontend.published_sizes import SHAPES
 
     if _NO_NETWORK:
         why = f"no connection to {_hub_host()[0]}, and it is not in the local hub cache"
@@ -223,7 +223,7 @@ def _shape_dirs(req: Request) -> Iterator[dict[str, str]]:
     if not req.shape:
         yield {}
         return
-    from vllm_frozen_kv_mtp.fixtures.shapes import SHAPES, write_shape_pair
+    from vllm_frozen_kv_mtp.frontend.published_sizes import SHAPES, write_shape_pair
 
     by_size = {s.size.lower(): s for s in SHAPES.values()}
     wanted = {req.target, str(req.spec.get("model", ""))}
@@ -262,7 +262,8 @@ def _plugin_check(target: str, hf_config: Any, spec: dict[str, Any]) -> str:
     """The front end's translation with stand-ins for vLLM's config objects (TP 1, no
     pipeline or data parallelism: check-config takes no engine flags). Image inputs are
     this install's business (torchvision), so they are left to ``full``."""
-    from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError, translate_speculative_config
+    from vllm_frozen_kv_mtp.frontend.translate import translate_speculative_config
+    from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
     engine_args = SimpleNamespace(
         speculative_config=dict(spec), additional_config=None, scheduler_cls=None
@@ -304,7 +305,7 @@ def _plugin_check(target: str, hf_config: Any, spec: dict[str, Any]) -> str:
 def _engine_check(target: str, spec: dict[str, Any]) -> str:
     """vLLM's EngineArgs -> VllmConfig for ``target``, with the plugin registered."""
     import vllm_frozen_kv_mtp
-    from vllm_frozen_kv_mtp.config import FrozenKVMTPConfigError
+    from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
     vllm_frozen_kv_mtp.register()
     from vllm.engine.arg_utils import EngineArgs
@@ -338,11 +339,9 @@ def describe(
     rejection_sample_method: str,
 ) -> str:
     """What will run, in the words of the engine's start-up log; the non-default options."""
-    from vllm_frozen_kv_mtp.config import (
-        FrozenKVOptions,
-        describe_draft_length,
-        describe_draft_sample_method,
-    )
+    from vllm_frozen_kv_mtp.draft_length.request import describe_draft_length
+    from vllm_frozen_kv_mtp.frontend.translate import describe_draft_sample_method
+    from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
     policy = options.get("k_policy", "static")
     k = int(options.get("num_speculative_tokens", 0))  # the ceiling under "auto"

@@ -118,11 +118,11 @@ def _main(argv: list[str]) -> int:
     if rest:
         p.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "options":
-        from vllm_frozen_kv_mtp.option_help import render
+        from vllm_frozen_kv_mtp.frontend.option_help import render
 
         print(render())
         return 0
-    from vllm_frozen_kv_mtp.check_config import REFUSED, Request, run
+    from vllm_frozen_kv_mtp.frontend.check_config import REFUSED, Request, run
 
     try:
         spec = json.loads(args.spec)

@@ -1,1 +1,0 @@
-"""How many drafts each step: vLLM's schedule passes through; "auto" is the goodput policy."""
