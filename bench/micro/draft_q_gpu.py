@@ -1,5 +1,5 @@
 """Per-step cost on CUDA, alone (no engine), of cutting a sampled draft's q by each
-request's top_k / top_p (`v1/draft_q.py`, which the V1 runner applies
+request's top_k / top_p (`drafters/draft_q.py`, which the V1 runner applies
 and Model Runner V2 does not) on one draft step's logits, Gemma 4's vocabulary (262144),
 bf16, captured in a CUDA graph as V2's whole-round draft graph would hold it. A round
 would pay it once per draft step (k times).
@@ -33,7 +33,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 def measure(rows: int, vocab: int, setting: dict[str, Any], replays: int) -> dict[str, Any]:
     import torch
 
-    from vllm_frozen_kv_mtp.v1.draft_q import mask_outside_top_k_top_p
+    from vllm_frozen_kv_mtp.drafters.draft_q import mask_outside_top_k_top_p
 
     g = torch.Generator(device="cuda").manual_seed(rows)
     logits = torch.randn(rows, vocab, device="cuda", generator=g).mul_(4).to(torch.bfloat16)

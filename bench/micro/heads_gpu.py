@@ -48,7 +48,7 @@ def build(dim: int, vocab: int, centroids: int, top_k: int, seed: int = 0) -> An
 def head_fn(model: Any, head: str) -> Any:
     from vllm.model_executor.models.gemma4_mtp import Gemma4MTP
 
-    from vllm_frozen_kv_mtp.kernels.centroid_head import top_tokens
+    from vllm_frozen_kv_mtp.drafters.heads import top_tokens
 
     if head == "upstream":
         return lambda h: Gemma4MTP.compute_logits(model, h).argmax(dim=-1)

@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import pair
 from tests.utils.engine import PROMPTS, drafter, engine, model_runner, outputs
-from vllm_frozen_kv_mtp.frozen_kv import KVWriteError, kv_checksum
+from vllm_frozen_kv_mtp.drafters.kv_guard import KVWriteError, kv_checksum
 
 pytestmark = pytest.mark.engine
 

@@ -160,7 +160,7 @@ def test_seeded_sampled_request_gives_the_same_tokens_alone_and_in_a_batch(
 
 
 def test_startup_log_states_the_draft_probability_memory(startup_log: list[str]) -> None:
-    from vllm_frozen_kv_mtp.v1.proposer import draft_probs_bytes
+    from vllm_frozen_kv_mtp.drafters.proposer import draft_probs_bytes
 
     per_request = draft_probs_bytes(K, 512) / 2**20  # the tiny pairs' vocabulary
     lines = [m for m in startup_log if "draft probabilities take" in m]
@@ -171,7 +171,7 @@ def test_startup_log_states_the_draft_probability_memory(startup_log: list[str])
 def test_v1_runner_refuses_block_verification_at_construction() -> None:
     """Pure logic: where vLLM falls back to the V1 runner by itself (config time cannot
     know), the V1 proposer refuses block verification before the parent builds anything."""
-    from vllm_frozen_kv_mtp.v1.proposer import FrozenKVMTPProposer
+    from vllm_frozen_kv_mtp.drafters.proposer import FrozenKVMTPProposer
 
     config = SimpleNamespace(speculative_config=SimpleNamespace(rejection_sample_method="block"))
     proposer = object.__new__(FrozenKVMTPProposer)

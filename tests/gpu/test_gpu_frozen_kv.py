@@ -214,7 +214,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     requests at once put the first rounds in a >=32-row graph bucket."""
     if runner != "v2":
         pytest.skip("centroid_head applies to Model Runner V2")
-    import vllm_frozen_kv_mtp.v2.speculator as speculator_module
+    import vllm_frozen_kv_mtp.drafters.speculator as speculator_module
 
     calls: dict[str, list[tuple[str, int]]] = {}
     original_top_tokens = speculator_module.top_tokens
@@ -309,7 +309,7 @@ def test_v2_split_decode_attention_keeps_output_and_drafts(runner: str) -> None:
     before = kernel_fallbacks().get("split_decode", 0), kernel_launches().get("split_decode", 0)
     with engine(target, spec, **kw) as llm:
         d = drafter(llm)
-        from vllm_frozen_kv_mtp.kv_readonly import attention_layers
+        from vllm_frozen_kv_mtp.drafters.kv_readonly import attention_layers
 
         layers = attention_layers(d.vllm_config)
         kinds = {type(layers[n].impl).__name__ for n in d.draft_attn_layer_names}

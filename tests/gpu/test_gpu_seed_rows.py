@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.unit.test_seed_rows import make_case
-from vllm_frozen_kv_mtp.v2.seed_rows import load_seed_rows_torch, load_seed_rows_triton
+from vllm_frozen_kv_mtp.drafters.seed_rows import load_seed_rows_torch, load_seed_rows_triton
 
 pytestmark = [
     pytest.mark.gpu,

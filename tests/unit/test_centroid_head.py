@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from vllm_frozen_kv_mtp.kernels.centroid_head import (
+from vllm_frozen_kv_mtp.drafters.heads import (
     AUTO_DENSE_MIN_ROWS,
     candidate_tokens,
     head_for_rows,
@@ -142,7 +142,7 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
     """``FrozenKVMTPSpeculator.sample_draft`` hands a greedy round to the head the option
     names (``auto`` resolved per bucket size), and sends "upstream" and any round that
     needs draft logits to vLLM's own ``sample_draft``."""
-    import vllm_frozen_kv_mtp.v2.speculator as speculator_module
+    import vllm_frozen_kv_mtp.drafters.speculator as speculator_module
     from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
     cls = speculator_module.FrozenKVMTPSpeculator

@@ -42,7 +42,7 @@ def _model(seed: int, suppress: list[int] | None) -> Any:
 
 def check() -> None:
     """Run inside the interpreter subprocess."""
-    from vllm_frozen_kv_mtp.kernels.centroid_head import candidate_tokens, top_centroids, top_tokens
+    from vllm_frozen_kv_mtp.drafters.heads import candidate_tokens, top_centroids, top_tokens
     from vllm_frozen_kv_mtp.kernels.centroid_kernel import (
         fused_head_supported,
         fused_top_centroids,
@@ -102,7 +102,7 @@ def check() -> None:
         assert fallbacks.count("centroid_head") == 1 and not fused_head_supported(64)
         assert torch.equal(top_tokens(model, h, "fused"), top_tokens(model, h, "dense"))
         # A top-k launch that raises: counted, and the centroids come from torch.topk.
-        from vllm_frozen_kv_mtp.kernels.centroid_head import fused_head_centroids
+        from vllm_frozen_kv_mtp.drafters.heads import fused_head_centroids
 
         centroid_kernel._centroid_topk_kernel = _Raising()  # type: ignore[assignment]
         assert fused_top_centroids(me.centroids(h), TOP_K) is None

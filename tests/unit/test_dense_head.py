@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from tests.utils.triton_interpreter import run_in_triton_interpreter
+from vllm_frozen_kv_mtp.drafters.heads import build_dense_head
 from vllm_frozen_kv_mtp.kernels.dense_head import (
     FP8_MAX,
     FP8_MAX_ROWS,
-    build_dense_head,
     dense_top_tokens_reference,
     quantize_rows_fp8,
 )
@@ -133,7 +133,7 @@ def test_v2_sample_draft_uses_the_dense_head(monkeypatch: pytest.MonkeyPatch) ->
     """``FrozenKVMTPSpeculator.sample_draft`` drafts a greedy round of a dense assistant
     with the prepared head; a round that needs draft logits, and a head whose launch
     failed (``top_tokens`` None), go to vLLM's own ``sample_draft``."""
-    import vllm_frozen_kv_mtp.v2.speculator as speculator_module
+    import vllm_frozen_kv_mtp.drafters.speculator as speculator_module
     from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
     cls = speculator_module.FrozenKVMTPSpeculator

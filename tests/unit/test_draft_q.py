@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.e2e.test_sampling_distribution import truncated_probs
-from vllm_frozen_kv_mtp.v1 import draft_q
-from vllm_frozen_kv_mtp.v1.draft_q import mask_outside_top_k_top_p
+from vllm_frozen_kv_mtp.drafters import draft_q
+from vllm_frozen_kv_mtp.drafters.draft_q import mask_outside_top_k_top_p
 
 VOCAB = 64
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bench import gpu_fuzz
-from vllm_frozen_kv_mtp.frozen_kv import DraftStats, log_stats_at_exit
+from vllm_frozen_kv_mtp.drafters.stats import DraftStats, log_stats_at_exit
 from vllm_frozen_kv_mtp.serving import fuzz
 from vllm_frozen_kv_mtp.serving.fuzz import probe, servers
 from vllm_frozen_kv_mtp.serving.fuzz.servers import ServeMode
@@ -181,7 +181,7 @@ def test_log_follower_returns_whole_new_lines(tmp_path: Path) -> None:
 def test_probe_writes_and_sums_live_drafter_counters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vllm_frozen_kv_mtp import frozen_kv
+    from vllm_frozen_kv_mtp.drafters import stats as frozen_kv
 
     monkeypatch.setattr(frozen_kv, "_exit_stats", [])
     a, b = DraftStats(), DraftStats()

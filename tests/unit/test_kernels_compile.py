@@ -112,8 +112,8 @@ def _types(kernel: Any, pointer: str = "*i64", **override: str) -> dict[str, str
 def check_centroid_and_seed_kernels() -> None:
     """Run inside the subprocess: the E4B head's shapes (hidden 256, 128 tokens per
     centroid, top 32 of 2048 centroids) in bf16."""
+    from vllm_frozen_kv_mtp.drafters.seed_rows import _load_seed_kernel
     from vllm_frozen_kv_mtp.kernels import centroid_kernel as ck
-    from vllm_frozen_kv_mtp.v2.seed_rows import _load_seed_kernel
 
     head = dict(hidden_ptr="*bf16", weight_ptr="*bf16", part_score_ptr="*fp32")
     compile_sm90(

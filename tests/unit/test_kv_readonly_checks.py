@@ -12,7 +12,7 @@ def test_drafter_owning_kv_memory_is_caught() -> None:
 
     from vllm.v1.kv_cache_interface import KVCacheTensor
 
-    from vllm_frozen_kv_mtp.kv_readonly import ReadOnlyKVError, check_drafter_owns_no_kv
+    from vllm_frozen_kv_mtp.drafters.kv_readonly import ReadOnlyKVError, check_drafter_owns_no_kv
 
     def tensor(*layers: str) -> KVCacheTensor:
         return KVCacheTensor(size=1024, layers=list(layers), layer_stride=512, block_stride=64)

@@ -84,7 +84,7 @@ import torch
 print(json.dumps({
     "seconds": dt,
     "runner_imported": "vllm.v1.worker.gpu_model_runner" in sys.modules,
-    "proposer_imported": "vllm_frozen_kv_mtp.v1.proposer" in sys.modules,
+    "proposer_imported": "vllm_frozen_kv_mtp.drafters.proposer" in sys.modules,
     "cuda_initialized": torch.cuda.is_initialized(),
 }))
 """

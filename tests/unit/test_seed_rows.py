@@ -14,7 +14,7 @@ from dataclasses import fields
 import torch
 
 from tests.utils.triton_interpreter import run_in_triton_interpreter
-from vllm_frozen_kv_mtp.v2.seed_rows import SeedBuffers, SeedInputs, load_seed_rows_torch
+from vllm_frozen_kv_mtp.drafters.seed_rows import SeedBuffers, SeedInputs, load_seed_rows_torch
 
 
 def make_case(
@@ -80,7 +80,7 @@ _KERNEL_CHECK = """
 import torch
 from dataclasses import fields
 from tests.unit.test_seed_rows import make_case
-from vllm_frozen_kv_mtp.v2.seed_rows import load_seed_rows_torch, load_seed_rows_triton
+from vllm_frozen_kv_mtp.drafters.seed_rows import load_seed_rows_torch, load_seed_rows_triton
 for seed in range(3):
     src, want = make_case(seed)
     _, got = make_case(seed)
@@ -102,7 +102,7 @@ def test_v2_speculator_hands_vllm_buffers_to_the_loader() -> None:
     into the loader (CPU tensors: the torch path), field for field."""
     from types import SimpleNamespace
 
-    from vllm_frozen_kv_mtp.v2.speculator import FrozenKVMTPSpeculator
+    from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator
 
     src, want = make_case(3)
     _, got = make_case(3)

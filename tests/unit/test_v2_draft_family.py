@@ -142,7 +142,7 @@ def test_exit_summary_names_sampled_and_greedy_rounds(caplog: pytest.LogCaptureF
     """The drafter's counters reach the log when its process exits."""
     import logging
 
-    from vllm_frozen_kv_mtp import frozen_kv
+    from vllm_frozen_kv_mtp.drafters import stats as frozen_kv
 
     spec = _speculator(states=_states(0.0, 1.0))
     _propose(spec, 1)  # slot 0: greedy

@@ -40,8 +40,8 @@ from tools.vllm_source import ClassInfo, VllmSource, signature, source_sha256
 
 SUPPORTED = ("0.32.0", "0.33.0")
 
-V2 = "vllm_frozen_kv_mtp.v2.speculator.FrozenKVMTPSpeculator"
-V1 = "vllm_frozen_kv_mtp.v1.proposer.FrozenKVMTPProposer"
+V2 = "vllm_frozen_kv_mtp.drafters.speculator.FrozenKVMTPSpeculator"
+V1 = "vllm_frozen_kv_mtp.drafters.proposer.FrozenKVMTPProposer"
 
 #: upstream code whose control flow plugin code copies or relies on, pinned per vLLM
 #: version: (owner found from, method) -> (what to review, {version: sha256})
@@ -193,7 +193,7 @@ def _mirror(owner: str, method: str, review: str, shas: dict[str, str]) -> None:
 _TDAR = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator.TargetDependentARSpeculator"
 _mirror(
     _TDAR, "propose",
-    "FrozenKVMTPSpeculator.propose (v2/speculator.py) copies its request-input copy, "
+    "FrozenKVMTPSpeculator.propose (drafters/speculator.py) copies its request-input copy, "
     "DP clamp and sync, graph dispatch and decode-step call",
     {
         "0.32.0": "584df111b4ab8769eda947b7be59dd23dc58b2b379c0e2d3b8e7bd3f71c81a0c",
@@ -264,7 +264,7 @@ _mirror(
 )  # fmt: skip
 _mirror(
     "vllm.v1.spec_decode.gemma4.Gemma4Proposer", "propose",
-    "FrozenKVMTPProposer.propose (v1/proposer.py) hands it one seed row per request and "
+    "FrozenKVMTPProposer.propose (drafters/proposer.py) hands it one seed row per request and "
     "relies on how it shifts ids, gathers rows and copies into its buffers",
     {
         "0.32.0": "7bab90c79213d17640a1dde65030e2f0db4aab51dac263d0ca275133c9c48ebd",

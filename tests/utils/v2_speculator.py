@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from vllm_frozen_kv_mtp.frozen_kv import DraftStats
+from vllm_frozen_kv_mtp.drafters.stats import DraftStats
 
 MAX_TOKENS = 64
 HIDDEN = 8
@@ -52,7 +52,7 @@ def stand_in_speculator(
     ``rounds`` instead of running a round."""
     from vllm.v1.worker.gpu.input_batch import InputBuffers
 
-    from vllm_frozen_kv_mtp.v2.speculator import FrozenKVMTPSpeculator
+    from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator
 
     spec: Any = object.__new__(FrozenKVMTPSpeculator)  # not the registry's dispatching __new__
     spec.num_speculative_steps = k

@@ -29,9 +29,7 @@ kernels for sm_90.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -46,8 +44,6 @@ from vllm_frozen_kv_mtp.kernels.centroid_kernel import BIG_ID
 
 if triton is not None:
     from vllm_frozen_kv_mtp.kernels.centroid_kernel import _row_best_kernel
-
-logger = logging.getLogger("vllm.frozen_kv_mtp")
 
 #: the largest finite FP8 E4M3 value: a row's absolute maximum maps to it
 FP8_MAX = 448.0
@@ -252,41 +248,3 @@ def dense_top_tokens_reference(
     if suppress is not None:
         scores[:, suppress] = float("-inf")
     return scores.argmax(dim=-1)
-
-
-def build_dense_head(model: Any, mode: str, tp_size: int = 1) -> DenseHead | None:
-    """The head ``mode`` asks for, prepared from a loaded ``Gemma4MTP``; None for
-    "upstream", for centroid assistants (option ``centroid_head`` serves those) and for
-    vocabulary-parallel heads (TP > 1), which keep upstream's."""
-    if mode == "upstream" or getattr(model, "masked_embedding", None) is not None:
-        return None
-    if tp_size > 1:
-        logger.info(
-            "frozen_kv_mtp: dense_head=%r runs on one GPU per drafter; with tensor "
-            "parallelism %d the head stays upstream's",
-            mode,
-            tp_size,
-        )
-        return None
-    weight = table = model.lm_head.weight
-    vocab = int(getattr(model.logits_processor, "org_vocab_size", weight.shape[0]))
-    scale = None
-    if mode == "fp8":
-        weight, scale = quantize_rows_fp8(weight.detach())
-    suppress = getattr(model, "_suppress_idx", None)
-    logger.info(
-        "frozen_kv_mtp: dense_head=%r drafts from a %d x %d head in two launches%s",
-        mode,
-        vocab,
-        weight.shape[1],
-        f" (FP8 E4M3 weights, one scale per row, for batches of up to {FP8_MAX_ROWS} rows)"
-        if scale is not None
-        else "",
-    )
-    return DenseHead(
-        weight=weight,
-        scale=scale,
-        vocab=vocab,
-        suppress=suppress,
-        table=table if scale is not None else None,
-    )

@@ -29,11 +29,13 @@ def _patch_v1_proposer_new(mod: ModuleType) -> None:
     cls = mod.Gemma4Proposer
     if getattr(cls.__dict__.get("__new__"), MARK, False):
         return
-    cls.__new__ = _dispatching_new(cls, "vllm_frozen_kv_mtp.v1.proposer.FrozenKVMTPProposer")
+    cls.__new__ = _dispatching_new(cls, "vllm_frozen_kv_mtp.drafters.proposer.FrozenKVMTPProposer")
 
 
 def _patch_v2_speculator_new(mod: ModuleType) -> None:
     cls = mod.Gemma4Speculator
     if getattr(cls.__dict__.get("__new__"), MARK, False):
         return
-    cls.__new__ = _dispatching_new(cls, "vllm_frozen_kv_mtp.v2.speculator.FrozenKVMTPSpeculator")
+    cls.__new__ = _dispatching_new(
+        cls, "vllm_frozen_kv_mtp.drafters.speculator.FrozenKVMTPSpeculator"
+    )

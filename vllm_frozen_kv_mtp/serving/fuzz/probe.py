@@ -1,6 +1,6 @@
 """The drafter's counters of a running server, read from outside it.
 
-A ``vllm serve`` process keeps the drafter (and its :class:`~vllm_frozen_kv_mtp.frozen_kv.
+A ``vllm serve`` process keeps the drafter (and its :class:`~vllm_frozen_kv_mtp.drafters.stats.
 DraftStats`: rounds per k, steps at k = 0, rounds without their CUDA graph) in its engine
 core, and logs them only at exit, which a killed engine core never reaches. The GPU fuzz
 and the soak need them while the server runs, so the server gets one more general plugin
@@ -45,7 +45,7 @@ def probe_dist(directory: Path) -> Path:
 
 def snapshot() -> list[dict[str, Any]]:
     """The live drafters' counters in this process (empty where none was built)."""
-    from vllm_frozen_kv_mtp import frozen_kv
+    from vllm_frozen_kv_mtp.drafters import stats as frozen_kv
 
     out = []
     # the same weak references the exit log walks: one per drafter built in this process

@@ -27,25 +27,23 @@ import torch
 from vllm.v1.sample.ops.topk_topp_sampler import random_sample
 from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
-from vllm_frozen_kv_mtp.frozen_kv import (
-    PADDING_SLOT_ID,
-    DraftStats,
-    KVWriteError,
-    log_stats_at_exit,
-    one_row_decode_metadata,
-    seed_row_indices,
-    target_kv_checksum,
-)
-from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
-from vllm_frozen_kv_mtp.kv_readonly import (
+from vllm_frozen_kv_mtp.drafters.draft_q import mask_outside_top_k_top_p
+from vllm_frozen_kv_mtp.drafters.kv_guard import KVWriteError, target_kv_checksum
+from vllm_frozen_kv_mtp.drafters.kv_readonly import (
     check_drafter_owns_no_kv,
     check_readonly_wiring,
     copy_target_kv_scales,
 )
+from vllm_frozen_kv_mtp.drafters.seed_metadata import (
+    PADDING_SLOT_ID,
+    one_row_decode_metadata,
+    seed_row_indices,
+)
+from vllm_frozen_kv_mtp.drafters.stats import DraftStats, log_stats_at_exit
+from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
 from vllm_frozen_kv_mtp.options import VLLM_SPLIT_KV_THRESHOLD as VLLM_DEFAULT
 from vllm_frozen_kv_mtp.options import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
-from vllm_frozen_kv_mtp.v1.draft_q import mask_outside_top_k_top_p
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 

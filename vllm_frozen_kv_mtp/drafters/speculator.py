@@ -43,25 +43,21 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
 )
 
 from vllm_frozen_kv_mtp.draft_length.stand_in import runnable_draft_lengths
-from vllm_frozen_kv_mtp.frozen_kv import (
-    DraftStats,
-    KVWriteError,
-    log_stats_at_exit,
-    target_kv_checksum,
-)
-from vllm_frozen_kv_mtp.kernels.centroid_head import head_for_rows, top_tokens
-from vllm_frozen_kv_mtp.kernels.centroid_kernel import fused_head_supported
-from vllm_frozen_kv_mtp.kernels.dense_head import DenseHead, build_dense_head
-from vllm_frozen_kv_mtp.kernels.draft_attention import set_sliding_split_kv_max_rows
-from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
-from vllm_frozen_kv_mtp.kv_readonly import (
+from vllm_frozen_kv_mtp.drafters.heads import build_dense_head, head_for_rows, top_tokens
+from vllm_frozen_kv_mtp.drafters.kv_guard import KVWriteError, target_kv_checksum
+from vllm_frozen_kv_mtp.drafters.kv_readonly import (
     attention_layers,
     check_drafter_owns_no_kv,
     check_readonly_wiring,
 )
+from vllm_frozen_kv_mtp.drafters.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
+from vllm_frozen_kv_mtp.drafters.stats import DraftStats, log_stats_at_exit
+from vllm_frozen_kv_mtp.kernels.centroid_kernel import fused_head_supported
+from vllm_frozen_kv_mtp.kernels.dense_head import DenseHead
+from vllm_frozen_kv_mtp.kernels.draft_attention import set_sliding_split_kv_max_rows
+from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
 from vllm_frozen_kv_mtp.options import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
-from vllm_frozen_kv_mtp.v2.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 #: (option, head) pairs already logged: say once which head "auto" resolved to

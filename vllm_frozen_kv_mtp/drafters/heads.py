@@ -1,40 +1,39 @@
-"""Draft-token heads for centroid-masked Gemma 4 assistants (E2B/E4B), same tokens as upstream.
+"""Greedy draft tokens without a full-vocabulary logits tensor (Model Runner V2).
 
-Upstream's ``Gemma4MTPMaskedEmbedder`` picks each row's top centroids, copies the
-candidate tokens' embedding rows (``[T, top_k * vocab/centroids, D]``, 4096 x 256 for
-E4B) and scores them with a batched dot product. Model Runner V2 then scatters those
-scores into a full-vocabulary tensor (``[T, 262144]``) and takes its argmax every
-draft step. The H200 profile of a draft round (BENCHMARKS.md) puts about 40% of it
-in that head. The heads here pick V2's token from the same candidates, without the
-full-vocabulary tensor:
+Options ``centroid_head`` (E2B/E4B assistants, whose head is centroid-masked) and
+``dense_head`` (31B/26B-A4B, a dense head): the speculator's ``sample_draft`` asks here
+for the token vLLM's greedy draft would pick, and falls back to vLLM's own head where
+none applies. The head choice happens per batch size, so it is fixed per CUDA graph.
+Per-call and per-round timings: docs/tuning.md (`centroid_head`, `dense_head`).
+
+Centroid heads. Upstream's ``Gemma4MTPMaskedEmbedder`` picks each row's top centroids,
+copies the candidate tokens' embedding rows (``[T, top_k * vocab/centroids, D]``) and
+scores them with a batched dot product; Model Runner V2 then scatters those scores into
+a full-vocabulary tensor and takes its argmax every draft step, a large share of a draft
+round. The heads here pick V2's token from the same candidates, without that tensor:
 
 * ``sparse``: upstream's row gather and batched dot, then an argmax over the
   candidates only;
 * ``dense``: one GEMM of the rows against the whole embedding table, then a gather of
   the candidates' scores. It reads the table once per step whatever the batch size,
-  instead of copying ``T * 4096`` rows, so it should pay off at larger batches. The
-  dot products are the same; only the summation order differs, which can flip a
-  near-tie. Drafts are verified, so output is lossless either way;
+  instead of copying the candidates' rows, so it pays off at larger batches. The dot
+  products are the same; only the summation order differs, which can flip a near-tie.
+  Drafts are verified, so output is lossless either way;
 * ``fused``: Triton kernels that select each row's top centroids in one launch, then
   read each selected centroid's embedding rows once and keep only the best (score,
   token id), so neither the gathered rows nor a score tensor is ever written
-  (``centroid_kernel.py``);
+  (``kernels/centroid_kernel.py``);
 * ``auto`` (the default): ``fused`` where its kernels run (Triton present, power-of-two
   clusters, no failed launch); otherwise ``dense`` from ``AUTO_DENSE_MIN_ROWS`` rows and
   upstream's head below (see ``head_for_rows``).
 
-Measured on the H200 (BENCHMARKS.md, E4B shape). Each head alone under a CUDA graph
-(``bench.micro.heads_gpu``), us per call at 1 / 8 / 32 / 128 rows: upstream 43.5 /
-71.8 / 165.7 / 521.4, dense 89.5 / 106.2 / 123.5 / 150.4, fused 25.2 / 26.5 / 52.1 / 90.0
-(15.3 / 17.9 / 32.3 / 71.9 with today's launch shape and top-k kernel), all
-picking upstream's token.
-Whole decode steps (median of 5): the draft round with ``fused`` is 0.51 / 0.54 /
-0.70 / 0.91 ms at c=1 / 8 / 32 / 128, against 0.69 / 0.80 / 1.17 / 2.39 for upstream
-``mtp``.
+Dense heads: ``build_dense_head`` prepares ``kernels/dense_head.py``'s two-launch argmax
+from the loaded assistant (``fused``: its weights as loaded; ``fp8``: an FP8 copy).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -45,11 +44,13 @@ from vllm_frozen_kv_mtp.kernels.centroid_kernel import (
     fused_top_centroids,
     fused_top_tokens,
 )
+from vllm_frozen_kv_mtp.kernels.dense_head import FP8_MAX_ROWS, DenseHead, quantize_rows_fp8
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
 
 #: Where "fused" cannot run, "auto" scores with "dense" from this many rows up and
-#: leaves smaller batches to upstream's head. On the H200 (E4B) the dense
-#: head was slower than upstream's at <=8 rows (it reads the whole table) and faster
-#: from 32 rows (124 vs 166 us per call; 151 vs 522 at 128 rows).
+#: leaves smaller batches to upstream's head: the dense head reads the whole table, so
+#: it loses at a few rows and wins from this many (docs/tuning.md, `centroid_head`).
 AUTO_DENSE_MIN_ROWS = 32
 
 
@@ -135,3 +136,41 @@ def top_tokens(model: Any, hidden_states: torch.Tensor, head: str) -> torch.Tens
     # step embeds their tokens (an out-of-range id is a device-side assert), so
     # every row gets a real token id; real rows are finite and keep their pick.
     return torch.where(picked < me.vocab_size, picked, cand[:, 0])
+
+
+def build_dense_head(model: Any, mode: str, tp_size: int = 1) -> DenseHead | None:
+    """The head ``mode`` asks for, prepared from a loaded ``Gemma4MTP``; None for
+    "upstream", for centroid assistants (option ``centroid_head`` serves those) and for
+    vocabulary-parallel heads (TP > 1), which keep upstream's."""
+    if mode == "upstream" or getattr(model, "masked_embedding", None) is not None:
+        return None
+    if tp_size > 1:
+        logger.info(
+            "frozen_kv_mtp: dense_head=%r runs on one GPU per drafter; with tensor "
+            "parallelism %d the head stays upstream's",
+            mode,
+            tp_size,
+        )
+        return None
+    weight = table = model.lm_head.weight
+    vocab = int(getattr(model.logits_processor, "org_vocab_size", weight.shape[0]))
+    scale = None
+    if mode == "fp8":
+        weight, scale = quantize_rows_fp8(weight.detach())
+    suppress = getattr(model, "_suppress_idx", None)
+    logger.info(
+        "frozen_kv_mtp: dense_head=%r drafts from a %d x %d head in two launches%s",
+        mode,
+        vocab,
+        weight.shape[1],
+        f" (FP8 E4M3 weights, one scale per row, for batches of up to {FP8_MAX_ROWS} rows)"
+        if scale is not None
+        else "",
+    )
+    return DenseHead(
+        weight=weight,
+        scale=scale,
+        vocab=vocab,
+        suppress=suppress,
+        table=table if scale is not None else None,
+    )

@@ -1,0 +1,23 @@
+"""The frozen-KV drafter, on both of vLLM's model runners.
+
+The drafter owns no KV. Its attention layers are Q-only and read the target's paged KV
+for the committed prefix. So a draft round needs exactly one row per request: the seed
+(the target's post-norm hidden state at the last accepted position, plus the bonus
+token), queried at that constant position over keys <= position, for every one of the k
+recurrent steps. That is a uniform decode batch whose attention metadata is the same for
+all steps and is built once per round.
+
+* ``proposer.py``: ``FrozenKVMTPProposer``, a subclass of vLLM's ``Gemma4Proposer`` for
+  the V1 runner (also vLLM's CPU runner), with ``seed_metadata.py`` (the seed rows'
+  one-row metadata) and ``draft_q.py`` (sampled drafts' q cut like the target's p);
+* ``speculator.py``: ``FrozenKVMTPSpeculator``, a subclass of vLLM's
+  ``Gemma4Speculator`` for Model Runner V2 (the GPU default), with ``seed_rows.py`` (the
+  seed rows loaded into the round's CUDA-graph buffers) and ``heads.py`` (greedy drafts
+  without a full-vocabulary logits tensor);
+* both: ``kv_readonly.py`` (load-time checks that the drafter reads target KV and owns
+  none), ``kv_guard.py`` (option ``kv_guard``) and ``stats.py`` (counters logged at
+  exit).
+
+vLLM builds these classes where it would build its own (patches 2 and 3,
+``patches/drafter_dispatch.py``), only when the engine's options ask for frozen_kv_mtp.
+"""

@@ -1,1 +1,0 @@
-"""The V1 runner (also vLLM's CPU runner): the frozen-KV proposer."""
