@@ -30,7 +30,7 @@ def processor(mode: str, weight: Any) -> Any:
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
-    from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
+    from vllm_frozen_kv_mtp.patches.target_softcap import mark_target_logits
 
     with set_current_vllm_config(VllmConfig()):
         lp = LogitsProcessor(weight.shape[0], soft_cap=SOFTCAP)

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from vllm_frozen_kv_mtp.kernels.draft_attention import set_sliding_split_kv_max_rows
 from vllm_frozen_kv_mtp.options import VLLM_SPLIT_KV_THRESHOLD as VLLM_DEFAULT
+from vllm_frozen_kv_mtp.patches.sliding_split_kv import set_sliding_split_kv_max_rows
 
 
 def _groups() -> list[list[SimpleNamespace]]:

@@ -23,8 +23,8 @@ def _logits_processor(**kw: float) -> Any:
 
 
 def test_drafter_marks_only_soft_capped_logits_processors() -> None:
-    from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
     from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
+    from vllm_frozen_kv_mtp.patches.target_softcap import mark_target_logits
 
     model = torch.nn.Module()
     model.capped = _logits_processor(soft_cap=30.0)
@@ -38,7 +38,7 @@ def test_marked_processor_on_cpu_keeps_vllms_result(caplog: Any) -> None:
     """Patch 5 is for CUDA tensors: a marked processor on CPU runs vLLM's ops, and the
     log says so rather than claiming the kernel."""
     import vllm_frozen_kv_mtp
-    from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
+    from vllm_frozen_kv_mtp.patches.target_softcap import mark_target_logits
 
     vllm_frozen_kv_mtp.register()
     from vllm.model_executor.layers.logits_processor import LogitsProcessor

@@ -17,10 +17,7 @@ import torch
 
 from tests.utils.triton_interpreter import run_in_triton_interpreter
 from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import default_splits
-from vllm_frozen_kv_mtp.kernels.split_decode_impl import (
-    split_decode_applies,
-    split_decode_refusal,
-)
+from vllm_frozen_kv_mtp.patches.split_decode import split_decode_applies, split_decode_refusal
 
 HEAD, Q_HEADS, KV_HEADS, BLOCK = 256, 4, 2, 16
 SEQ_LENS = (5, 40, 33)
@@ -65,7 +62,7 @@ def check() -> None:
     from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
 
     from vllm_frozen_kv_mtp.kernels.decode_attention_kernel import decode_attention_reference
-    from vllm_frozen_kv_mtp.kernels.split_decode_impl import (
+    from vllm_frozen_kv_mtp.patches.split_decode import (
         install_split_decode_attention,
         split_decode_class,
     )

@@ -40,10 +40,10 @@ from vllm_frozen_kv_mtp.drafters.seed_metadata import (
     seed_row_indices,
 )
 from vllm_frozen_kv_mtp.drafters.stats import DraftStats, log_stats_at_exit
-from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
 from vllm_frozen_kv_mtp.options import VLLM_SPLIT_KV_THRESHOLD as VLLM_DEFAULT
 from vllm_frozen_kv_mtp.options import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
+from vllm_frozen_kv_mtp.patches.target_softcap import mark_target_logits
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 

@@ -54,10 +54,10 @@ from vllm_frozen_kv_mtp.drafters.seed_rows import SeedBuffers, SeedInputs, load_
 from vllm_frozen_kv_mtp.drafters.stats import DraftStats, log_stats_at_exit
 from vllm_frozen_kv_mtp.kernels.centroid_kernel import fused_head_supported
 from vllm_frozen_kv_mtp.kernels.dense_head import DenseHead
-from vllm_frozen_kv_mtp.kernels.draft_attention import set_sliding_split_kv_max_rows
-from vllm_frozen_kv_mtp.kernels.softcap_kernel import mark_target_logits
 from vllm_frozen_kv_mtp.options import FrozenKVOptions, options_from_vllm_config
 from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
+from vllm_frozen_kv_mtp.patches.sliding_split_kv import set_sliding_split_kv_max_rows
+from vllm_frozen_kv_mtp.patches.target_softcap import mark_target_logits
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 #: (option, head) pairs already logged: say once which head "auto" resolved to
@@ -144,7 +144,7 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         )
 
     def _install_split_decode_attention(self) -> None:
-        from vllm_frozen_kv_mtp.kernels.split_decode_impl import install_split_decode_attention
+        from vllm_frozen_kv_mtp.patches.split_decode import install_split_decode_attention
 
         layers = attention_layers(self.vllm_config)
         names = set(self.draft_attn_layer_names)

@@ -1,4 +1,6 @@
-"""Triton kernels and the drafter heads/attention options built on them.
+"""Leaf code: Triton kernels and their torch fallbacks, and the fallback record.
 
-Each module says when its kernel wins and keeps a torch or vLLM fallback for hosts without
-Triton and for launches that fail; every fallback is logged and counted in fallbacks.py."""
+Nothing here imports vLLM or changes a vLLM object (``patches/`` does, and the drafters
+call these). Each kernel keeps a torch fallback for hosts without Triton and for launches
+that fail; every fallback is logged and counted in ``fallbacks.py``.
+"""

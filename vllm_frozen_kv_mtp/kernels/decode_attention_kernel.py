@@ -3,10 +3,10 @@
 A frozen draft step is one query row per request at a constant position, attending to
 the target's committed K/V (read-only). vLLM's Triton ``unified_attention`` serves it
 with one program per (request, KV head) walking the keys in 16-key tiles ("2D"), or
-with 16 context segments plus a reduce launch ("3D") up to 64 rows. At the E4B
-drafter's shapes on the H200 (c=128, ~150-token contexts) its 12 calls per round
-took 0.273 ms, about 2.2x what their bytes cost at HBM bandwidth: 256 programs of ~10
-dependent tile loads cannot keep enough bytes in flight.
+with 16 context segments plus a reduce launch ("3D") up to a row threshold. At the
+drafter's shapes (short contexts, many rows) those calls take about twice what their
+bytes cost at HBM bandwidth: a few hundred programs of ~10 dependent tile loads cannot
+keep enough bytes in flight (docs/tuning.md, ``draft_attention``).
 
 This kernel keeps the same math (online softmax in fp32, the query heads that share a
 KV head scored together with one ``tl.dot``) and changes the launch shape:
@@ -18,13 +18,10 @@ KV head scored together with one ``tl.dot``) and changes the launch shape:
   launch, or written out directly when there is one split.
 
 Opt-in: option ``draft_attention="split"`` runs the drafter's layers on it
-(split_decode_impl.py), and ``bench.micro.attn_gpu`` times it against vLLM's two kernels
-at the drafter's shapes. On the H200 (BENCHMARKS.md), at E4B's heads, its split
-counts as ``choose_splits`` now picks them beat the faster of vLLM's two kernels at 45 of 48
-shapes (the exceptions: one row over one or two tiles of the sliding layer, by 0.5-0.8 us,
-and 128 rows over 2048 keys of the full layer, by 4%). The CPU tests compare it with the torch
-reference (``decode_attention_reference``) under Triton's interpreter and compile it for
-sm_90.
+(``patches/split_decode.py``), and ``bench.micro.attn_gpu`` times it against vLLM's two
+kernels at the drafter's shapes (docs/tuning.md, ``draft_attention``, for where it wins).
+The CPU tests compare it with the torch reference (``decode_attention_reference``) under
+Triton's interpreter and compile it for sm_90.
 """
 
 from __future__ import annotations

