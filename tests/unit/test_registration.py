@@ -56,7 +56,7 @@ def test_every_patch_is_documented() -> None:
     doc = patches.__doc__ or ""
     for p in patches.PATCHES:
         assert p.why and p.upstream and p.remove_when
-        assert p.symbol in doc, f"{p.target} missing from the registry docstring"
+        assert patches.describe(p) in doc, f"{p.target} missing from the registry docstring"
         assert "vllm" in p.upstream
 
 

@@ -1,4 +1,30 @@
-"""Patch bodies: build our drafter subclass where vLLM builds Gemma 4's (V1 and V2)."""
+"""Patch bodies: build our drafter subclass where vLLM builds Gemma 4's (V1 and V2).
+
+Registry entries (generated from ``patches/__init__.py``; edit them there):
+
+Patch 2: ``vllm.v1.spec_decode.gemma4.Gemma4Proposer.__new__`` (V1 runner, also vLLM's
+    CPU runner)
+Why: ``GPUModelRunner.__init__`` picks the drafter class from a hard-coded if/elif chain
+    over the speculative config, and later asserts ``isinstance(drafter,
+    Gemma4Proposer)`` against that same class.
+How: give ``Gemma4Proposer`` a ``__new__`` that builds our subclass
+    ``FrozenKVMTPProposer`` when the engine's ``additional_config`` carries
+    frozen_kv_mtp options, and a plain ``Gemma4Proposer`` otherwise. No module global is
+    rebound, so every isinstance check keeps holding and runs that did not ask for
+    frozen_kv_mtp are untouched.
+Upstream: RFC vllm-project/vllm#36219; vllm-ascend ports Gemma 4 MTP as a subclass too
+    (vllm-ascend#13045).
+Remove when: same as patch 1.
+
+Patch 3: ``vllm.v1.worker.gpu.spec_decode.gemma4.speculator.Gemma4Speculator.__new__``
+    (Model Runner V2, the GPU default)
+Why: ``init_speculator`` constructs ``Gemma4Speculator`` for method 'mtp' with a Gemma 4
+    assistant; there is no hook to pick another class.
+How: as patch 2: a ``__new__`` that builds ``FrozenKVMTPSpeculator`` (a subclass) only
+    when the engine asked for frozen_kv_mtp.
+Upstream: RFC vllm-project/vllm#36219 (V2 port of Gemma 4 MTP: vllm-project/vllm#43241).
+Remove when: same as patch 1.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,18 @@
-"""Patch body: accept and translate method 'frozen_kv_mtp' in ``EngineArgs``."""
+"""Patch body: accept and translate method 'frozen_kv_mtp' in ``EngineArgs``.
+
+Registry entries (generated from ``patches/__init__.py``; edit them there):
+
+Patch 1: ``vllm.engine.arg_utils.EngineArgs.create_speculative_config`` (front end)
+Why: ``SpeculativeConfig.method`` is a pydantic ``Literal``; vLLM has no proposer
+    registry, so ``"frozen_kv_mtp"`` is rejected before any hook could see it.
+How: wrap the method. For ``method == "frozen_kv_mtp"`` only: validate the request
+    (assistant, target, k, shapes, PP, keys; errors name the fix), rewrite it to vLLM's
+    own ``"mtp"`` (so every in-tree gate keeps working: async scheduling, Model Runner
+    V2 eligibility, attention init) and carry the plugin options to every process in
+    ``additional_config``. Any other method goes straight to the original.
+Upstream: RFC vllm-project/vllm#36219 (proposer interface unification).
+Remove when: vLLM can register a speculative method and its proposer by name.
+"""
 
 from __future__ import annotations
 

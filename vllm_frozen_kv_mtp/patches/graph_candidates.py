@@ -1,24 +1,36 @@
 """Patch body: every uniform decode batch finds its FULL CUDA graph when k varies.
 
-``CudaGraphManager._init_candidates`` gives each token count the graphs of the smallest
-captured size at or above it, and no others. With one query length (a fixed k) that
-size always holds a graph of that length. When k varies (``"auto"`` or a batch-size
-schedule), the graphs of the other query lengths sit at other sizes: 1 request verifying
-4 drafts (5 tokens) finds only the 8-token graphs of lengths 1, 2, 4 and 8, and runs
-without a FULL graph (piecewise, or eager without torch.compile) although a 10-token
-graph of length 5 exists. That happens to every batch whose size is not a captured one:
-the tail of a batch as requests finish, and any load between buckets. Here each token
-count also gets, for every other query length, the smallest FULL graph of that length
-that fits, ahead of the piecewise candidates.
+With one query length (a fixed k) the smallest captured size at or above a token count
+always holds a graph of that length. When k varies, the graphs of the other query
+lengths sit at other sizes, which the tail of a batch as requests finish and any load
+between buckets meet. Under ``"auto"`` the k's come from
+``draft_length.stand_in.runnable_draft_lengths`` (the V2 speculator's draft graphs read
+the same list), whatever ``max_num_seqs`` is; the manager's own limits (request count,
+capture ceiling) still apply.
 
-Under ``"auto"`` vLLM learns which k's to capture from a stand-in batch-size schedule
-that puts k_max..0 at batch sizes 1..k_max+1 (``config.graph_capture_schedule``). vLLM
-cuts that table at ``max_num_seqs``, so an engine with fewer slots than k_max + 1 lost
-the graphs of every k past its last slot: at ``max_num_seqs=1`` only k = k_max verified
-in a FULL graph, and every other k ran several times slower. Under
-``"auto"`` the manager now reads every k in 0..k_max from that table
-(``config.runnable_draft_lengths``, which the V2 speculator's draft graphs use too),
-whatever ``max_num_seqs`` is; its own limits (request count, capture ceiling) still apply.
+Registry entries (generated from ``patches/__init__.py``; edit them there):
+
+Patch 6: ``vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager._init_candidates`` (Model
+    Runner V2, k that varies: ``"auto"`` or a batch-size schedule)
+Why: vLLM captures a FULL graph per (batch bucket, query length) when k varies, but
+    gives each token count the graphs of the smallest captured size at or above it only.
+    A uniform batch whose length has no graph at that size runs without a FULL graph
+    (piecewise, or eager without torch.compile) although a larger graph of its length
+    exists: 1 request verifying 4 drafts (5 tokens) finds only the 8-token graphs of
+    lengths 1, 2, 4 and 8. Every batch size that is not a captured one hits this. Under
+    ``"auto"`` vLLM also reads the k's to capture from the stand-in batch-size schedule
+    cut at ``max_num_seqs``, which drops k's when ``max_num_seqs < k_max + 1``
+    (draft_length/__init__.py, 3).
+How: after vLLM builds the candidates, each token count also gets the smallest FULL
+    graph of every other query length that fits (ahead of piecewise ones);
+    ``_is_compatible`` still decides. Under ``"auto"`` the module's
+    ``build_dynamic_sd_schedule_lookup`` is swapped while the method runs, so that the
+    table holds every k in 0..k_max. Only in frozen_kv_mtp engines.
+Upstream: not filed in vllm-project/vllm yet (v1/worker/gpu/cudagraph_utils.py,
+    ``_init_candidates`` groups candidates by token count alone).
+Remove when: vLLM's candidates cover every captured query length per token count (0.34
+    looks graphs up per query length), and the goodput scheduler can name its k's to
+    vLLM without a stand-in schedule.
 """
 
 from __future__ import annotations

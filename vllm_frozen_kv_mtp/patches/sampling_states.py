@@ -1,11 +1,21 @@
 """Patch body: Model Runner V2 hands its sampling states to our speculator at load.
 
-vLLM's V2 speculator decides sampled drafts per engine: with
-``draft_sample_method="probabilistic"`` every round computes full-vocabulary draft
-logits, greedy batches included. Ours decides per batch, as vLLM's V1 runner does, and
-needs each request's temperature on the host to do it without a device sync. The model
-runner builds its sampler (and the per-request ``SamplingStates``) in ``load_model``,
-after the speculator, and never passes it on.
+Registry entries (generated from ``patches/__init__.py``; edit them there):
+
+Patch 7: ``vllm.v1.worker.gpu.model_runner.GPUModelRunner.load_model`` (Model Runner V2,
+    ``draft_sample_method="probabilistic"``, the default)
+Why: vLLM's V2 speculator samples drafts per engine: every round computes full-
+    vocabulary draft logits, all-greedy batches included. Ours picks per batch (vLLM's
+    V1 rule: sampled drafts when a request samples), which needs each request's
+    temperature on the host; the runner builds its sampler's ``SamplingStates`` in
+    ``load_model``, after the speculator, and never passes them on.
+How: after vLLM's ``load_model``, hand ``self.sampler.sampling_states`` to the
+    speculator when it is ours (``attach_sampling_states``); any other speculator is
+    left alone. Read-only: the states stay vLLM's.
+Upstream: not filed in vllm-project/vllm yet (V2 ``propose`` takes the temperature
+    tensor only, on the device).
+Remove when: V2 chooses draft sampling per batch, or passes host sampling states to
+    ``propose``.
 """
 
 from __future__ import annotations

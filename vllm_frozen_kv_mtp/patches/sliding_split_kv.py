@@ -1,4 +1,4 @@
-"""Split-KV choice of the drafter's sliding-window attention (Model Runner V2, TRITON_ATTN).
+"""Patch body: the split-KV choice of the drafter's sliding-window attention.
 
 vLLM's Triton attention runs a decode batch either in one pass per (request, KV head)
 (the "2D" kernel) or split over 16 KV segments plus a ``reduce_segments`` kernel (the
@@ -12,6 +12,21 @@ target's attention is untouched); full-attention layers keep vLLM's choice.
 
 The threshold can only go down: the builder sizes its split-KV scratch buffers for
 ``seq_threshold_3D`` rows at start-up, and more rows would overrun them.
+
+Registry entries (generated from ``patches/__init__.py``; edit them there):
+
+Patch 9: ``vllm.v1.attention.backends.triton_attn.TritonAttentionMetadataBuilder.seq_thr
+    eshold_3D`` (load time; Model Runner V2, option ``sliding_split_kv_max_rows``,
+    TRITON_ATTN, made by
+    ``vllm_frozen_kv_mtp.patches.sliding_split_kv.set_sliding_split_kv_max_rows``)
+Why: vLLM picks split-KV ("3D") attention for batches up to a threshold sized for the
+    target; the drafter's one-row batches over a sliding window can prefer another
+    threshold. vLLM has no per-layer-group knob.
+How: ``set_sliding_split_kv_max_rows`` lowers the threshold on the drafter's own
+    attention-group builders (never raises it: the scratch buffers were sized for vLLM's
+    value). Default -1: untouched.
+Upstream: not filed in vllm-project/vllm (no per-group split-KV threshold).
+Remove when: the option is removed or vLLM exposes a per-group threshold.
 """
 
 from __future__ import annotations

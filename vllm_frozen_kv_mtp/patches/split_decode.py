@@ -1,5 +1,5 @@
-"""Option ``draft_attention="split"``: the drafter's TRITON_ATTN layers run their one-row
-decode batches with ``decode_attention_kernel`` (Model Runner V2, opt-in).
+"""Patch body: with ``draft_attention="split"``, the drafter's TRITON_ATTN layers run their
+one-row decode batches with ``kernels/decode_attention_kernel``.
 
 Each drafter attention layer keeps vLLM's ``TritonAttentionImpl`` object, metadata
 builder and KV-sharing wiring; only the class of that one object changes, to a subclass
@@ -11,6 +11,20 @@ larger than the workspace). The target's layers are never touched. All drafter l
 share one workspace, sized at load for the largest split batch up to ``max_num_reqs``
 rows (batches that fill the GPU take one split and need none), so the calls can be
 captured in the round's CUDA graph.
+
+Registry entries (generated from ``patches/__init__.py``; edit them there):
+
+Patch 10: ``vllm.v1.attention.backends.triton_attn.TritonAttentionImpl.__class__`` (load
+    time, per drafter layer; Model Runner V2, opt-in ``draft_attention="split"``,
+    TRITON_ATTN, made by
+    ``vllm_frozen_kv_mtp.patches.split_decode.install_split_decode_attention``)
+Why: the drafter's one-row decode batches read long prefixes with few rows; a split
+    decode kernel spreads them over more SMs.
+How: ``install_split_decode_attention`` swaps the drafter layers' ``impl.__class__`` to
+    a subclass that routes one-row batches to ``kernels/decode_attention_kernel`` and
+    all else to vLLM's ``forward``. Target layers are never touched.
+Upstream: not filed in vllm-project/vllm.
+Remove when: the option is removed.
 """
 
 from __future__ import annotations

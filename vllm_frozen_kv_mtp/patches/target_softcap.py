@@ -1,4 +1,33 @@
-"""Patch body: the target's logit soft-cap in one in-place pass (NVIDIA GPUs)."""
+"""Patch bodies: the target's logit soft-cap in one in-place pass (NVIDIA GPUs), and the
+mark that keeps it to this engine's target.
+
+Registry entries (generated from ``patches/__init__.py``; edit them there):
+
+Patch 5: ``vllm.model_executor.layers.logits_processor.LogitsProcessor.forward`` (NVIDIA
+    GPUs, option ``target_softcap="one_pass"``, the default)
+Why: Gemma 4 soft-caps its logits as three eager ops, each a full pass over [rows,
+    vocabulary]. A verify pass scores (k+1) x c rows, so this is part of the speculative
+    overhead that grows with the batch (docs/tuning.md, ``target_softcap``).
+How: when the logits processor has a soft-cap and a scale of 1 (Gemma 4), take the
+    logits from vLLM's own ``_get_logits`` and soft-cap them in place with
+    ``kernels/softcap_kernel.softcap_in_place``, which rounds where the eager ops round:
+    the result is bitwise vLLM's (every bf16 and fp16 value is checked in tests/gpu).
+    Only the logits processors our drafter marks at load time (patch 8: its engine's
+    target) take this path; anything else goes to vLLM's method.
+Upstream: not filed in vllm-project/vllm yet; a one-pass soft-cap in ``LogitsProcessor``
+    would serve every Gemma model (and no speculation).
+Remove when: vLLM soft-caps logits in one pass.
+
+Patch 8: ``vllm.model_executor.layers.logits_processor.LogitsProcessor._frozen_kv_mtp_ta
+    rget_softcap`` (load time, with patch 5, made by
+    ``vllm_frozen_kv_mtp.patches.target_softcap.mark_target_logits``)
+Why: patch 5 must act on this engine's target only, not on the drafter's head or on
+    another engine in the same process.
+How: ``mark_target_logits`` sets the attribute on the target's soft-capped
+    ``LogitsProcessor`` instances when the drafter loads.
+Upstream: goes with patch 5 (not filed in vllm-project/vllm).
+Remove when: patch 5 is removed.
+"""
 
 from __future__ import annotations
 
