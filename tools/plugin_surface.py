@@ -13,6 +13,8 @@ from pathlib import Path
 from tools.vllm_source import ClassInfo, FunctionNode, Signature, VllmSource, signature
 
 PACKAGE = Path(__file__).resolve().parents[1] / "vllm_frozen_kv_mtp"
+#: the package's modules that import vLLM's private names for the rest of it
+ADAPTERS = "vllm_frozen_kv_mtp.adapters."
 
 #: classes the plugin builds at run time over a vLLM class it receives as an argument
 DYNAMIC_BASES = {
@@ -72,13 +74,23 @@ def import_problems(src: VllmSource, imports: list[VllmImport]) -> list[str]:
     return problems
 
 
-def _local_imports(tree: ast.Module) -> dict[str, str]:
+def _local_imports(
+    tree: ast.Module, modules: dict[str, ast.Module] | None = None
+) -> dict[str, str]:
+    """Local name -> dotted vLLM path of every name a module imports from vLLM, straight
+    or through an adapter module (``vllm_frozen_kv_mtp/adapters/``, the one place that
+    imports vLLM's private names and hands them on under the same names)."""
     out = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and not node.level and node.module:
             if node.module.split(".")[0] == "vllm":
                 for alias in node.names:
                     out[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif modules is not None and node.module.startswith(ADAPTERS):
+                handed_on = _local_imports(modules[node.module])
+                for alias in node.names:
+                    if alias.name in handed_on:
+                        out[alias.asname or alias.name] = handed_on[alias.name]
     return out
 
 
@@ -102,7 +114,7 @@ def _with_mixins(node: ast.ClassDef, local: dict[str, ast.ClassDef]) -> ast.Clas
 def plugin_classes(modules: dict[str, ast.Module]) -> list[PluginClass]:
     out = []
     for mod, tree in modules.items():
-        imports = _local_imports(tree)
+        imports = _local_imports(tree, modules)
         local = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         for node in local.values():
             bases = [
@@ -191,7 +203,7 @@ def parent_calls(cls: PluginClass) -> Iterator[tuple[str, Call]]:
 def function_calls(modules: dict[str, ast.Module]) -> Iterator[tuple[str, Call]]:
     """(dotted vLLM function, call) for calls of functions imported from vLLM."""
     for mod, tree in modules.items():
-        imports = _local_imports(tree)
+        imports = _local_imports(tree, modules)
         for n in ast.walk(tree):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in imports:
                 yield imports[n.func.id], _call(f"{mod}:{n.lineno}", n.func.id, n)

@@ -168,7 +168,7 @@ MODULE_NAMES: dict[str, tuple[str, ...]] = {
     "vllm.v1.worker.gpu.cudagraph_utils": (
         "CUDAGraphMode", "CudaGraphManager", "build_dynamic_sd_schedule_lookup",
     ),
-    # config._v1_runner_forced
+    # adapters/vllm_0_32/frontend.v1_runner_forced
     "vllm.envs": ("VLLM_USE_V2_MODEL_RUNNER",),
 }  # fmt: skip
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import validate_schedule
 from vllm_frozen_kv_mtp.draft_length.stand_in import graph_capture_schedule
 from vllm_frozen_kv_mtp.options import (
     AUTO_DEFAULT_K_MAX,
@@ -81,10 +82,8 @@ def requested_draft_length(
 
 
 def _check_schedule(schedule: Any) -> list[tuple[int, int, int]]:
-    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
-
     try:
-        parsed = validate_and_normalize_dynamic_sd_schedule(schedule)
+        parsed = validate_schedule(schedule)
     except (ValueError, TypeError) as e:
         raise FrozenKVMTPConfigError(
             f"num_speculative_tokens_per_batch_size={schedule!r} is invalid ({e}).",

@@ -22,9 +22,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.scheduler import Scheduler
-
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.scheduler import AsyncScheduler, Scheduler
 from vllm_frozen_kv_mtp.draft_length.policy import GoodputPolicy
 from vllm_frozen_kv_mtp.draft_length.settings import PolicySettings
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import dense_k_table
 from vllm_frozen_kv_mtp.options import AUTO_K, FrozenKVOptions
 
 
@@ -31,11 +32,7 @@ def runnable_draft_lengths(
     rows); under a schedule, the k's of vLLM's dense table."""
     if options.k_policy == AUTO_K:
         return list(range(k_max, -1, -1))
-    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
-
-    dense = build_dynamic_sd_schedule_lookup(
-        speculative_config.num_speculative_tokens_per_batch_size,
-        vllm_max_batch_size=max_num_reqs,
-        vllm_num_speculative_tokens=k_max,
+    dense = dense_k_table(
+        speculative_config.num_speculative_tokens_per_batch_size, max_num_reqs, k_max
     )
     return sorted(set(dense[1:]), reverse=True)

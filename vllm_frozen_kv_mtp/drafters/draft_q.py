@@ -17,8 +17,8 @@ vocabulary once per draft step, which costs a step more than the longer acceptan
 from __future__ import annotations
 
 import torch
-from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
-from vllm.v1.sample.sampler import _SAMPLING_EPS
+
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer import _SAMPLING_EPS, apply_top_k_top_p
 
 
 def mask_outside_top_k_top_p(

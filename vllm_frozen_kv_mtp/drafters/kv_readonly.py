@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import attention_layers
+
 
 class ReadOnlyKVError(RuntimeError):
     """The drafter's attention is not wired read-only onto a matching target layer."""
@@ -16,14 +18,6 @@ def _attn_shape(layer: Any) -> tuple[Any, Any, Any]:
     if window is None:
         window = getattr(layer, "sliding_window", None)
     return getattr(layer, "num_kv_heads", None), getattr(layer, "head_size", None), window
-
-
-def attention_layers(vllm_config: Any) -> dict[str, Any]:
-    """Every attention layer of the engine (target and drafter), by name."""
-    from vllm.config import get_layers_from_vllm_config
-    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
-
-    return get_layers_from_vllm_config(vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
 
 
 def check_readonly_wiring(vllm_config: Any, draft_layer_names: Iterable[str]) -> None:
@@ -69,11 +63,11 @@ def copy_target_kv_scales(vllm_config: Any, draft_layer_names: Iterable[str]) ->
     target's calibrated FP8 cache (vllm-project/vllm#41789). Model Runner V2
     already copies them; we reuse its helper rather than a copy of it.
     """
-    from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import _copy_target_kv_scales
+    from vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer import copy_target_kv_scales as copy_scales
 
     layers = attention_layers(vllm_config)
     for name in draft_layer_names:
         layer = layers[name]
         target = layers[layer.kv_sharing_target_layer_name]
         if hasattr(layer, "_k_scale") and hasattr(target, "_k_scale"):
-            _copy_target_kv_scales(layer, target)
+            copy_scales(layer, target)

@@ -24,9 +24,8 @@ import logging
 from typing import Any
 
 import torch
-from vllm.v1.sample.ops.topk_topp_sampler import random_sample
-from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer import Gemma4Proposer, random_sample
 from vllm_frozen_kv_mtp.drafters.draft_q import mask_outside_top_k_top_p
 from vllm_frozen_kv_mtp.drafters.kv_guard import KVWriteError, target_kv_checksum
 from vllm_frozen_kv_mtp.drafters.kv_readonly import (

@@ -33,15 +33,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from vllm.config.compilation import CUDAGraphMode
-from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
-from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
-from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
-from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
-from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
-    SpeculatorBatchDescriptor,
-)
 
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.speculator import (
+    CUDAGraphMode,
+    DraftModelSpeculator,
+    Gemma4Speculator,
+    SpeculatorBatchDescriptor,
+    build_slot_mappings_by_layer,
+    dispatch_cg_and_sync_dp,
+)
 from vllm_frozen_kv_mtp.draft_length.stand_in import runnable_draft_lengths
 from vllm_frozen_kv_mtp.drafters.heads import build_dense_head, head_for_rows, top_tokens
 from vllm_frozen_kv_mtp.drafters.kv_guard import KVWriteError, target_kv_checksum

