@@ -56,10 +56,10 @@ $(TEST_STAMP): $(STAMP) setup.py
 	touch $(TEST_STAMP)
 
 fixtures: install
-	$(PY) -m vllm_frozen_kv_mtp.fixtures.build --out $(MODELS)
+	$(PY) -m devkit.fixtures.build --out $(MODELS)
 
 demo: install
-	$(PY) -m vllm_frozen_kv_mtp.demo --models $(MODELS)
+	$(PY) -m devkit.demo --models $(MODELS)
 
 test: install-test
 	$(PY) -m pytest tests -q -m "not serving and not gpu"
@@ -79,9 +79,9 @@ test-serving: install-test $(RAY_STAMP)
 	$(PY) -m pytest tests/serving -q -m serving --durations=15
 
 lint: install-test
-	$(VENV)/bin/ruff check vllm_frozen_kv_mtp tests bench tools
-	$(VENV)/bin/ruff format --check vllm_frozen_kv_mtp tests bench tools
-	$(VENV)/bin/mypy vllm_frozen_kv_mtp bench tools
+	$(VENV)/bin/ruff check vllm_frozen_kv_mtp devkit tests bench tools
+	$(VENV)/bin/ruff format --check vllm_frozen_kv_mtp devkit tests bench tools
+	$(VENV)/bin/mypy vllm_frozen_kv_mtp devkit bench tools
 
 bench-cpu: install
 	$(PY) -m bench.cpu --models $(MODELS) --out bench/results/cpu.json
@@ -103,7 +103,7 @@ FUZZ_SEED ?= 0
 FUZZ_SECONDS ?= 1200
 FUZZ_CONCURRENCY ?= 8
 fuzz: install
-	$(PY) -m vllm_frozen_kv_mtp.serving.fuzz --n $(FUZZ_N) --seed $(FUZZ_SEED) \
+	$(PY) -m devkit.serving.fuzz --n $(FUZZ_N) --seed $(FUZZ_SEED) \
 		--max-seconds $(FUZZ_SECONDS) --concurrency $(FUZZ_CONCURRENCY) $(if $(FUZZ_OUT),--out $(FUZZ_OUT))
 
 # GPU host targets: no `install` prerequisite, since a GPU host brings its own vLLM

@@ -15,9 +15,9 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
+    # The plugin only: devkit/ (fixtures, the trained pair, serving harness, demo), bench/,
+    # tools/ and tests/ stay in the repository.
     packages=find_packages(include=["vllm_frozen_kv_mtp", "vllm_frozen_kv_mtp.*"]),
-    package_data={"vllm_frozen_kv_mtp": ["fixtures/data/**/*", "fixtures/data/*"]},
-    include_package_data=True,
     install_requires=["packaging"],
     extras_require={
         # CPU engine; the CPU runner is vLLM's V1 runner. `openai`: the README's client

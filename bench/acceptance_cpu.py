@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_frozen_kv_mtp.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
+from devkit.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
 
 DRAFT_METHODS = ("greedy", "probabilistic")
 #: Gemma 4's recommended sampling (temperature varies)
@@ -46,7 +46,7 @@ def measure(
     assistant_name: str = "greedy-distilled",
 ) -> list[dict[str, Any]]:
     """One engine; acceptance per temperature."""
-    from vllm_frozen_kv_mtp.demo import tiny_llm
+    from devkit.demo import tiny_llm
 
     target, assistant = trained_pair_paths(assistant=assistant_name)
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
@@ -91,7 +91,7 @@ def measure_temperatures(
     above 0: Gemma 4's recommended top_p / top_k, ``samples`` passes), rows tagged."""
     from vllm import SamplingParams
 
-    from vllm_frozen_kv_mtp.instrument import acceptance, diff_metrics, spec_metrics
+    from devkit.instrument import acceptance, diff_metrics, spec_metrics
 
     rows = []
     for t in temperatures:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.acceptance_cpu import add_run_args, measure_temperatures
-from vllm_frozen_kv_mtp.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
+from devkit.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
 
 #: (method, draft_sample_method, rejection_sample_method)
 VARIANTS = (
@@ -53,7 +53,7 @@ def measure(
     samples: int,
 ) -> list[dict[str, Any]]:
     """One engine; acceptance per temperature."""
-    from vllm_frozen_kv_mtp.demo import tiny_llm
+    from devkit.demo import tiny_llm
 
     method, draft, rejection = variant
     target, assistant_dir = trained_pair_paths(assistant=assistant)

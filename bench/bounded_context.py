@@ -149,7 +149,7 @@ def draft_logits(
     reads token ``p + j`` and the previous step's ``post_projection`` output, over the
     target's KV of keys ``<= p`` (the sliding window on sliding layers, ``bound`` on
     global ones). ``state``: the target's :class:`TargetState` of ``ids``, if at hand."""
-    from vllm_frozen_kv_mtp.fixtures.reference import (
+    from devkit.fixtures.reference import (
         assistant_layers,
         assistant_logits,
         target_state,
@@ -183,7 +183,7 @@ def draft_hits(
     """Per bound: [B, Q, k] bool, step ``j``'s greedy draft at query ``p`` equals
     ``ids[p + j + 1]`` (exact for chains of accepted drafts when ``ids`` continues
     greedily past ``first_query``). Queries: ``first_query .. T - k - 2``."""
-    from vllm_frozen_kv_mtp.fixtures.reference import target_state
+    from devkit.fixtures.reference import target_state
 
     queries = torch.arange(first_query, ids.shape[1] - k - 1)
     state = target_state(target, ids)
@@ -253,7 +253,7 @@ def document_sequences(
     target: Any, tok: Any, context: int, count: int, generate: int, seed: int
 ) -> torch.Tensor:
     """``count`` held-out stdlib windows of ``context`` tokens, each continued greedily."""
-    from vllm_frozen_kv_mtp.fixtures.train import (
+    from devkit.fixtures.train import (
         corpus_files,
         encode_files,
         greedy_generate,
@@ -306,7 +306,7 @@ def recall_sequences(
 ) -> tuple[torch.Tensor, float]:
     """Recall prompts continued greedily, and the fraction of continuation tokens that
     copy the quoted passage (how much the target itself recalls)."""
-    from vllm_frozen_kv_mtp.fixtures.train import corpus_files, encode_files, greedy_generate
+    from devkit.fixtures.train import corpus_files, encode_files, greedy_generate
 
     cue = 16
     passage = cue + generate + 16
@@ -319,7 +319,7 @@ def recall_sequences(
 
 def generated_sequences(target: Any, prompts: list[list[int]], total: int) -> list[torch.Tensor]:
     """Each eval prompt greedily continued to ``total`` tokens (grouped by length)."""
-    from vllm_frozen_kv_mtp.fixtures.train import greedy_generate
+    from devkit.fixtures.train import greedy_generate
 
     out: list[torch.Tensor] = []
     for length in sorted({len(p) for p in prompts}):
@@ -384,7 +384,7 @@ def measure_context(
 def label_agreement(target: Any, seqs: torch.Tensor, first: int, batch: int) -> float:
     """Fraction of continuation tokens equal to the no-cache forward's argmax (the
     greedy continuation was made with a KV cache; near ties may differ)."""
-    from vllm_frozen_kv_mtp.fixtures.reference import target_state
+    from devkit.fixtures.reference import target_state
 
     same = total = 0
     with torch.no_grad():
@@ -439,8 +439,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from transformers import AutoTokenizer
 
-    from vllm_frozen_kv_mtp.fixtures.reference import load_pair
-    from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, metrics, trained_pair_paths
+    from devkit.fixtures.reference import load_pair
+    from devkit.fixtures.trained import eval_prompts, metrics, trained_pair_paths
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

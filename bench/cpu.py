@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_frozen_kv_mtp.demo import resolve_pair, tiny_llm
-from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS
+from devkit.demo import resolve_pair, tiny_llm
+from devkit.fixtures.prompts import CODE_PROMPTS
 
 METHODS = ("none", "mtp", "frozen_kv_mtp")
 
@@ -41,13 +41,7 @@ def serve_method(args: argparse.Namespace) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import SamplingParams
 
-    from vllm_frozen_kv_mtp.instrument import (
-        DrafterProbe,
-        acceptance,
-        diff_metrics,
-        drafter,
-        spec_metrics,
-    )
+    from devkit.instrument import DrafterProbe, acceptance, diff_metrics, drafter, spec_metrics
 
     target, assistant = resolve_pair(args.pair, args.models)
     spec = None

@@ -127,7 +127,7 @@ def parse_method(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def _spec_drafts(llm: Any) -> int:
-    from vllm_frozen_kv_mtp.instrument import spec_metrics
+    from devkit.instrument import spec_metrics
 
     return int(spec_metrics(llm).get("num_drafts", 0))
 
@@ -152,7 +152,7 @@ def shape_engine(
     vllm_frozen_kv_mtp.register()  # not pip-installed on the GPU host
     from vllm import LLM
 
-    from vllm_frozen_kv_mtp.fixtures.dummy import fill_dummy_token_ordering
+    from devkit.fixtures.dummy import fill_dummy_token_ordering
     from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
 
     fill_dummy_token_ordering()
@@ -199,7 +199,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     load_s = time.time() - t0
     cfg = llm.llm_engine.vllm_config
     runner = "v2" if cfg.use_v2_model_runner else "v1"
-    from vllm_frozen_kv_mtp.instrument import drafter
+    from devkit.instrument import drafter
 
     # With TP>1 the drafter lives in worker processes: no draft-round timer then.
     timer = DraftTimer(drafter(llm)) if spec and args.tp == 1 else None

@@ -11,7 +11,7 @@ scheduling and CUDA graphs, serving the committed trained pair.
 float32 compares every greedy-comparable output with the plain server; bfloat16 starts
 the speculating server alone (its near-ties make greedy outputs differ legitimately) and
 checks everything else. The request mix, the pass rules and the summary are the CPU
-fuzzer's (``vllm_frozen_kv_mtp.serving.fuzz``). A run passes when that summary passes
+fuzzer's (``devkit.serving.fuzz``). A run passes when that summary passes
 (no engine death, no 5xx, every refusal a 4xx with a message, greedy equal in float32, KV
 usage back to 0) and, in addition: both servers alive to the end, their logs confirm the
 runner, async scheduling and CUDA graphs asked for, the speculating server drafted, no
@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_serve import tracebacks
-from vllm_frozen_kv_mtp.serving import client, fuzz
-from vllm_frozen_kv_mtp.serving.fuzz import probe, servers
-from vllm_frozen_kv_mtp.serving.fuzz.cases import Case, Limits
-from vllm_frozen_kv_mtp.serving.openai_server import ServerProcess, free_port, start_server
+from devkit.serving import client, fuzz
+from devkit.serving.fuzz import probe, servers
+from devkit.serving.fuzz.cases import Case, Limits
+from devkit.serving.openai_server import ServerProcess, free_port, start_server
 
 #: the keys that make two rows the same experiment (a rerun replaces the old row)
 ROW_KEY = ("device", "card", "dtype", "runner", "async_scheduling", "graphs", "compile")
@@ -169,7 +169,7 @@ def _start(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
+    from devkit.fixtures.trained import trained_pair_paths
 
     mode = (
         servers.ServeMode.cpu(args.dtype)

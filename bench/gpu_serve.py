@@ -26,6 +26,7 @@ exits 1 on a failed request, zero drafts, no plugin start-up line or an unclean 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
@@ -40,14 +41,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devkit.fixtures import dummy
+from devkit.serving import client, load
+from devkit.serving.openai_server import free_port, start_server
 from vllm_frozen_kv_mtp.frontend.published_sizes import (
     SHAPES,
     ensure_shape_pair,
     shape,
     write_shape_pair,
 )
-from vllm_frozen_kv_mtp.serving import client, load
-from vllm_frozen_kv_mtp.serving.openai_server import free_port, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 CHAT_TEMPLATE = REPO / "configs" / "tiny-chat-template.jinja"
@@ -85,17 +87,23 @@ def probe_plugin(env: dict[str, str], cwd: str) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
+#: the module the dummy-weights plugin runs from: a copy of devkit/fixtures/dummy.py, so
+#: that the server finds it without this checkout on its path (the plugin it loads is the
+#: installed one)
+DUMMY_MODULE = "frozen_kv_mtp_dummy_weights"
+
+
 def dummy_fix_dist(directory: Path) -> None:
-    """A metadata-only distribution whose general plugin fills ``token_ordering``."""
-    info = directory / "frozen_kv_mtp_dummy_weights-0.0.0.dist-info"
+    """A general plugin that fills ``token_ordering`` (metadata and its module)."""
+    info = directory / f"{DUMMY_MODULE}-0.0.0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: frozen-kv-mtp-dummy-weights\nVersion: 0.0.0\n"
     )
     (info / "entry_points.txt").write_text(
-        f"[{GROUP}]\nfrozen_kv_mtp_dummy_weights = "
-        "vllm_frozen_kv_mtp.fixtures.dummy:fill_dummy_token_ordering\n"
+        f"[{GROUP}]\nfrozen_kv_mtp_dummy_weights = {DUMMY_MODULE}:fill_dummy_token_ordering\n"
     )
+    shutil.copyfile(inspect.getfile(dummy), directory / f"{DUMMY_MODULE}.py")
 
 
 def serve_argv(
@@ -214,7 +222,7 @@ def resolve_model(args: argparse.Namespace) -> tuple[Path, Path, int]:
         if not (args.target and args.assistant):
             sys.exit("--target and --assistant go together")
         return Path(args.target).resolve(), Path(args.assistant).resolve(), args.k or 3
-    from vllm_frozen_kv_mtp.fixtures.build import ensure_pair
+    from devkit.fixtures.build import ensure_pair
 
     tok, _ = ensure_pair("fp32", args.models)  # byte-level BPE, ids < 512: valid for any vocab
     tdir, adir = ensure_shape_pair(args.model, args.shapes, tok)

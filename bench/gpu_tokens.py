@@ -90,8 +90,8 @@ class Engine:
         vllm_frozen_kv_mtp.register()  # the plugin may not be pip-installed on the host
         from vllm import LLM
 
+        from devkit.fixtures.dummy import fill_dummy_token_ordering
         from vllm_frozen_kv_mtp.draft_length.stand_in import graph_capture_schedule
-        from vllm_frozen_kv_mtp.fixtures.dummy import fill_dummy_token_ordering
         from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
 
         self.kind = args.engine
@@ -213,7 +213,7 @@ class Engine:
         self.chunk_clock.wrap(self.llm.llm_engine.output_processor)
         self.draft_timer = DraftTimer()
         if self.tp == 1 and spec is not None:
-            from vllm_frozen_kv_mtp.instrument import drafter
+            from devkit.instrument import drafter
 
             self.draft_timer.wrap(drafter(self.llm))
 
@@ -241,7 +241,7 @@ class Engine:
         """Counts of the CUDA-graph mode each target step dispatched to (Model Runner V2),
         keyed "tokens per request:mode": shows whether a k below an engine's ceiling
         still replays a FULL graph."""
-        from vllm_frozen_kv_mtp.instrument import model_runner
+        from devkit.instrument import model_runner
 
         counts: Counter[str] = Counter()
         manager = getattr(model_runner(self.llm), "cudagraph_manager", None)
@@ -292,7 +292,7 @@ class Engine:
             self.scheduler.dynamic_sd_lookup = [int(k)] * (self.max_seqs + 1)
 
     def spec_counts(self) -> tuple[int, int]:
-        from vllm_frozen_kv_mtp.instrument import spec_metrics
+        from devkit.instrument import spec_metrics
 
         m = spec_metrics(self.llm)
         return int(m.get("num_drafts", 0) or 0), int(m.get("num_accepted_tokens", 0) or 0)
@@ -426,7 +426,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from vllm_frozen_kv_mtp.instrument import worker_drafter_info
+    from devkit.instrument import worker_drafter_info
 
     eng = Engine(args)
 

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_frozen_kv_mtp.fixtures.build import ensure_pair
-from vllm_frozen_kv_mtp.serving import client, load
-from vllm_frozen_kv_mtp.serving.openai_server import start_server
+from devkit.fixtures.build import ensure_pair
+from devkit.serving import client, load
+from devkit.serving.openai_server import start_server
 
 REPO = Path(__file__).resolve().parents[1]
 

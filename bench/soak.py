@@ -9,7 +9,7 @@ sampled requests mixed, and a KV cache small enough that vLLM preempts.
 Every ``--sample-s`` seconds it reads /health, /metrics (preemptions, running and waiting
 requests, KV usage, spec-decode counters), GPU memory (nvidia-smi), the server's RSS, the
 drafter's counters (draft rounds per k, rounds without their CUDA graph: a stats probe in
-the server, see ``vllm_frozen_kv_mtp/serving/fuzz/probe.py``) and the target's CUDA-graph
+the server, see ``devkit/serving/fuzz/probe.py``) and the target's CUDA-graph
 modes (vLLM's ``--cudagraph-metrics``). It reports one row per minute (requests served,
 preemptions, p50/p99 latency, memory, the k histogram, graph misses) and pass/fail
 criteria at the end: no engine death, no errors, no latency drift (last quarter's p50
@@ -41,10 +41,10 @@ import psutil
 import requests
 
 from bench.gpu_tokens import PROFILES
-from vllm_frozen_kv_mtp.serving import client, load
-from vllm_frozen_kv_mtp.serving.fuzz import probe, servers, timeline
-from vllm_frozen_kv_mtp.serving.fuzz.cases import GEMMA_RECOMMENDED
-from vllm_frozen_kv_mtp.serving.openai_server import ServerProcess, free_port, start_server
+from devkit.serving import client, load
+from devkit.serving.fuzz import probe, servers, timeline
+from devkit.serving.fuzz.cases import GEMMA_RECOMMENDED
+from devkit.serving.openai_server import ServerProcess, free_port, start_server
 
 STATS_INTERVAL_S = 5.0
 #: tokens per ``load.PROMPTS`` entry in the tiny byte-level tokenizer (measured: 17.8)
@@ -228,7 +228,7 @@ class Sampler:
 def resolve_model(a: argparse.Namespace, scratch: Path) -> tuple[str, str, int]:
     """(target, assistant, k_max): the committed trained pair, explicit directories, or
     config-only real shapes (dummy weights) with the trained pair's tokenizer."""
-    from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
+    from devkit.fixtures.trained import trained_pair_paths
     from vllm_frozen_kv_mtp.frontend.published_sizes import shape, write_shape_pair
 
     tdir, adir = trained_pair_paths()

@@ -27,7 +27,7 @@ def models_dir() -> Path:
 
 def pair(name: str) -> tuple[str, str]:
     """(target dir, assistant dir) of fixture variant ``name``, built on first use."""
-    from vllm_frozen_kv_mtp.fixtures.build import ensure_pair
+    from devkit.fixtures.build import ensure_pair
 
     t, a = ensure_pair(name, MODELS)
     return str(t), str(a)

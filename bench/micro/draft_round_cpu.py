@@ -26,8 +26,8 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from vllm_frozen_kv_mtp.demo import resolve_pair
-from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS
+from devkit.demo import resolve_pair
+from devkit.fixtures.prompts import CODE_PROMPTS
 
 MODES = ("frozen_kv_mtp", "mtp")
 
@@ -48,7 +48,7 @@ def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
-    from vllm_frozen_kv_mtp.instrument import drafter
+    from devkit.instrument import drafter
 
     target, assistant = resolve_pair("trained", "models")
     llm = LLM(

@@ -37,7 +37,7 @@ def main() -> None:
     from vllm import SamplingParams
 
     from bench.gpu import random_prompts, shape_engine
-    from vllm_frozen_kv_mtp.instrument import drafter
+    from devkit.instrument import drafter
 
     llm, _ = shape_engine(
         args.model,

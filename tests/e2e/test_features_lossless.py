@@ -25,9 +25,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from devkit.instrument import model_runner
 from tests.conftest import pair
 from tests.utils.engine import PROMPTS, drafter, engine, num_preemptions, spec_metrics
-from vllm_frozen_kv_mtp.instrument import model_runner
 from vllm_frozen_kv_mtp.patches import TARGET_SOFTCAP_ATTR
 
 pytestmark = pytest.mark.engine

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from devkit.fixtures.trained import eval_prompts, trained_pair_paths
+from devkit.instrument import diff_metrics
 from tests.utils.engine import engine, outputs, spec_metrics
-from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
-from vllm_frozen_kv_mtp.instrument import diff_metrics
 
 pytestmark = pytest.mark.engine
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from devkit.fixtures.reference import load_pair, reference_drafts
+from devkit.fixtures.trained import eval_prompts, trained_pair_paths
 from tests.conftest import pair
 from tests.utils.engine import engine, outputs, record_drafts
-from vllm_frozen_kv_mtp.fixtures.reference import load_pair, reference_drafts
-from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
 
 pytestmark = pytest.mark.engine
 

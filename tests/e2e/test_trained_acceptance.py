@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from devkit.fixtures.trained import eval_prompts, metrics, trained_pair_paths
 from tests.utils.engine import engine, outputs, spec_metrics
-from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, metrics, trained_pair_paths
 
 pytestmark = pytest.mark.engine
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
+from devkit.instrument import kernel_fallbacks
 from vllm_frozen_kv_mtp.drafters.heads import candidate_tokens, top_tokens
-from vllm_frozen_kv_mtp.instrument import kernel_fallbacks
 
 pytestmark = [
     pytest.mark.gpu,

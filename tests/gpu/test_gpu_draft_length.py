@@ -75,7 +75,7 @@ def test_auto_replays_a_graph_for_every_k_with_one_request_slot(runner: str) -> 
         pytest.skip("Model Runner V2 captures a graph per k")
     from collections import Counter
 
-    from vllm_frozen_kv_mtp.instrument import model_runner
+    from devkit.instrument import model_runner
 
     target, assistant, prompts, extra = clear_margin_case("fp32-oracle")
     kw = {**GRAPH_KW, **extra, "max_num_seqs": 1}

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
+from devkit.instrument import acceptance, kernel_fallbacks, kernel_launches
 from tests.gpu import GRAPH_KW
 from tests.utils.engine import drafter, engine, outputs, spec_metrics
-from vllm_frozen_kv_mtp.instrument import acceptance, kernel_fallbacks, kernel_launches
 
 pytestmark = [
     pytest.mark.gpu,
@@ -70,7 +70,7 @@ def _draft_scales(llm: Any) -> list[float]:
 def test_fp8_kv_drafter_uses_target_scales(calibrated_target_scales: None, runner: str) -> None:
     from vllm import SamplingParams
 
-    from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
+    from devkit.fixtures.trained import eval_prompts, trained_pair_paths
 
     t, a = trained_pair_paths()
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
@@ -105,7 +105,7 @@ def test_fp8_kv_split_decode_attention(calibrated_target_scales: None, runner: s
         pytest.skip("draft_attention applies to Model Runner V2")
     from vllm import SamplingParams
 
-    from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
+    from devkit.fixtures.trained import eval_prompts, trained_pair_paths
 
     t, a = trained_pair_paths()
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]

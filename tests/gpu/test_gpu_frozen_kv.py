@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from devkit.instrument import acceptance, kernel_fallbacks, kernel_launches
 from tests.conftest import pair
 from tests.gpu import GRAPH_KW, KV_BYTES
 from tests.utils.engine import (
@@ -25,7 +26,6 @@ from tests.utils.engine import (
     record_drafts,
     spec_metrics,
 )
-from vllm_frozen_kv_mtp.instrument import acceptance, kernel_fallbacks, kernel_launches
 
 pytestmark = [
     pytest.mark.gpu,

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import torch
 
+from devkit.fixtures.build import MM_TOKENS, VISION_SOFT_TOKENS
+from devkit.instrument import acceptance
 from tests.conftest import pair
 from tests.gpu import GRAPH_KW
 from tests.utils.engine import PROMPTS, engine, outputs, spec_metrics
-from vllm_frozen_kv_mtp.fixtures.build import MM_TOKENS, VISION_SOFT_TOKENS
-from vllm_frozen_kv_mtp.instrument import acceptance
 
 pytestmark = [
     pytest.mark.gpu,

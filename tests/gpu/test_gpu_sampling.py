@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from devkit.instrument import acceptance
 from tests.conftest import pair
 from tests.e2e.test_sampling_distribution import (
     SAMPLED_SETTINGS,
@@ -28,7 +29,6 @@ from tests.e2e.test_sampling_distribution import (
 )
 from tests.gpu import GRAPH_KW
 from tests.utils.engine import clear_margin_case, drafter, engine, outputs, spec_metrics
-from vllm_frozen_kv_mtp.instrument import acceptance
 
 pytestmark = [
     pytest.mark.gpu,

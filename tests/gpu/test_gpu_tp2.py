@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
+from devkit.instrument import acceptance, worker_drafter_info
 from tests.gpu import GRAPH_KW
 from tests.utils.engine import clear_margin_case, engine, outputs, spec_metrics
-from vllm_frozen_kv_mtp.instrument import acceptance, worker_drafter_info
 
 pytestmark = [
     pytest.mark.gpu,

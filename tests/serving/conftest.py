@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from devkit.serving import client
+from devkit.serving.openai_server import ServerProcess, start_server
 from tests.conftest import REPO, pair
-from vllm_frozen_kv_mtp.serving import client
-from vllm_frozen_kv_mtp.serving.openai_server import ServerProcess, start_server
 
 CHAT_TEMPLATE = str(REPO / "configs" / "tiny-chat-template.jinja")
 K = 3
@@ -83,7 +83,7 @@ def servers(
 def trained_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """The committed trained pair (drafts are often accepted, so sampled requests commit
     several tokens per step), with and without frozen_kv_mtp."""
-    from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
+    from devkit.fixtures.trained import trained_pair_paths
 
     target, assistant = (str(p) for p in trained_pair_paths())
     log_dir = tmp_path_factory.mktemp("trained-servers")

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import requests
 
+from devkit.serving import client, fuzz
+from devkit.serving.fuzz import Case, Choice, Outcome
 from tests.serving.conftest import Servers
-from vllm_frozen_kv_mtp.serving import client, fuzz
-from vllm_frozen_kv_mtp.serving.fuzz import Case, Choice, Outcome
 
 MODEL = "m"
 SHORT_N = 100

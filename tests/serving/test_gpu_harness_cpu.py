@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import gpu_fuzz, soak
-from vllm_frozen_kv_mtp.serving.fuzz import servers
+from devkit.serving.fuzz import servers
 
 pytestmark = [pytest.mark.serving, pytest.mark.slow]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from devkit.serving import client, load
 from tests.serving.conftest import K, Servers
 from tests.utils.engine import PROMPTS
-from vllm_frozen_kv_mtp.serving import client, load
 
 pytestmark = pytest.mark.serving
 

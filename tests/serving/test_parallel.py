@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from devkit.serving import client
+from devkit.serving.openai_server import ServerProcess, start_server
 from tests.conftest import pair
 from tests.serving.conftest import CHAT_TEMPLATE, spec_config
 from tests.utils.engine import PROMPTS
-from vllm_frozen_kv_mtp.serving import client
-from vllm_frozen_kv_mtp.serving.openai_server import ServerProcess, start_server
 
 pytestmark = pytest.mark.serving
 

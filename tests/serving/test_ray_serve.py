@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
+from devkit.serving import client, load, ray_serve
+from devkit.serving.openai_server import free_port, start_server
 from tests.conftest import MODELS, REPO, pair
 from tests.utils.engine import PROMPTS
 from vllm_frozen_kv_mtp.frontend.published_sizes import hub_to_local
-from vllm_frozen_kv_mtp.serving import client, load, ray_serve
-from vllm_frozen_kv_mtp.serving.openai_server import free_port, start_server
 
 pytestmark = pytest.mark.serving
 
@@ -47,7 +47,7 @@ def _readme_section() -> str:
 
 def _readme_ray_command() -> list[str]:
     lines = [ln.split("#", 1)[0].strip() for ln in _readme_section().splitlines()]
-    cmds = [ln for ln in lines if "vllm_frozen_kv_mtp.serving.ray_serve" in ln]
+    cmds = [ln for ln in lines if "devkit.serving.ray_serve" in ln]
     assert len(cmds) == 1, "README must show one CPU Ray Serve command"
     argv = shlex.split(cmds[0])
     assert argv[0] == ".venv/bin/python" and "configs/ray_serve_cpu.yaml" in argv

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from devkit.serving.openai_server import free_port, start_server
 from tests.conftest import REPO
-from vllm_frozen_kv_mtp.serving.openai_server import free_port, start_server
 
 pytestmark = pytest.mark.engine
 
@@ -65,7 +65,7 @@ def no_speculation_text(target: str, request: dict[str, Any]) -> str:
     """The same greedy request through vLLM without speculation (in-process engine)."""
     from vllm import SamplingParams
 
-    from vllm_frozen_kv_mtp.demo import tiny_llm
+    from devkit.demo import tiny_llm
 
     llm = tiny_llm(str(REPO / target), None, kv_cache_memory_bytes=256 << 20)
     params = SamplingParams(temperature=request["temperature"], max_tokens=request["max_tokens"])

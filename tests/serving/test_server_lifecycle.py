@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from devkit.serving.openai_server import free_port, start_server
 from tests.conftest import pair
-from vllm_frozen_kv_mtp.serving.openai_server import free_port, start_server
 
 pytestmark = pytest.mark.serving
 

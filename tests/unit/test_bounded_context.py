@@ -22,8 +22,8 @@ from bench.bounded_context import (
     per_sequence_al,
     sliding_keys,
 )
-from vllm_frozen_kv_mtp.fixtures.reference import draft_step, load_pair, target_state, window_kv
-from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
+from devkit.fixtures.reference import draft_step, load_pair, target_state, window_kv
+from devkit.fixtures.trained import trained_pair_paths
 
 
 def test_bounded_keys_are_sink_plus_window() -> None:

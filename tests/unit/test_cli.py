@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO, pair
 
-TRAINED = "vllm_frozen_kv_mtp/fixtures/data/trained"
+TRAINED = "devkit/fixtures/data/trained"
 CLI = [sys.executable, "-m", "vllm_frozen_kv_mtp.frontend.cli"]
 
 

@@ -115,9 +115,9 @@ def test_missing_model_of_the_trained_pair_relative_path(monkeypatch: pytest.Mon
     target's assistant is called ``assistant``, not ``target-assistant``."""
     monkeypatch.chdir(REPO)
     _refused(
-        "vllm_frozen_kv_mtp/fixtures/data/trained/target",
+        "devkit/fixtures/data/trained/target",
         {"method": "frozen_kv_mtp"},
-        'add "model": "vllm_frozen_kv_mtp/fixtures/data/trained/assistant"',
+        'add "model": "devkit/fixtures/data/trained/assistant"',
     )
 
 
@@ -194,7 +194,7 @@ def test_unreadable_assistant(fp32: tuple[str, str], tmp_path: Path) -> None:
 def llama_target(tmp_path_factory: pytest.TempPathFactory) -> str:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from vllm_frozen_kv_mtp.fixtures.build import build_tokenizer
+    from devkit.fixtures.build import build_tokenizer
 
     d = tmp_path_factory.mktemp("llama")
     cfg = LlamaConfig(

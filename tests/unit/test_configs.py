@@ -125,7 +125,7 @@ def test_mismatched_sizes_are_refused(hub: dict[str, str]) -> None:
 
 
 def _ray_llm_configs(name: str) -> list[dict[str, Any]]:
-    from vllm_frozen_kv_mtp.serving.ray_serve import llm_configs_from_yaml
+    from devkit.serving.ray_serve import llm_configs_from_yaml
 
     cfgs = llm_configs_from_yaml(CONFIGS / name)
     assert cfgs, f"{name} has no ray.serve.llm:build_openai_app application"

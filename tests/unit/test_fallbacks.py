@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from vllm_frozen_kv_mtp import instrument
+from devkit import instrument
 from vllm_frozen_kv_mtp.kernels import fallbacks
 
 

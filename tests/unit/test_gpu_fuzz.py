@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from bench import gpu_fuzz
+from devkit.serving import fuzz
+from devkit.serving.fuzz import probe, servers
+from devkit.serving.fuzz.servers import ServeMode
 from vllm_frozen_kv_mtp.drafters.stats import DraftStats, log_stats_at_exit
-from vllm_frozen_kv_mtp.serving import fuzz
-from vllm_frozen_kv_mtp.serving.fuzz import probe, servers
-from vllm_frozen_kv_mtp.serving.fuzz.servers import ServeMode
 
 GPU = ServeMode()
 
@@ -90,7 +90,7 @@ def test_server_env_with_dummy_weights_and_the_stats_probe(tmp_path: Path) -> No
     }
     assert eps == {
         "vllm_frozen_kv_mtp:register",
-        "vllm_frozen_kv_mtp.fixtures.dummy:fill_dummy_token_ordering",
+        "devkit.fixtures.dummy:fill_dummy_token_ordering",
         probe.ENTRY_POINT,
     }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util
+import inspect
 import json
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from bench import gpu_serve
+from devkit.fixtures import dummy
 
 METRICS = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -145,9 +147,11 @@ def test_dummy_fix_dist_is_a_general_plugin(tmp_path: Path) -> None:
     gpu_serve.dummy_fix_dist(tmp_path)
     (dist,) = md.distributions(path=[str(tmp_path)])
     eps = [ep for ep in dist.entry_points if ep.group == "vllm.general_plugins"]
-    assert [ep.value for ep in eps] == [
-        "vllm_frozen_kv_mtp.fixtures.dummy:fill_dummy_token_ordering"
-    ]
+    assert [ep.value for ep in eps] == ["frozen_kv_mtp_dummy_weights:fill_dummy_token_ordering"]
+    # the module ships beside the metadata: the server needs no checkout on its path
+    assert (tmp_path / "frozen_kv_mtp_dummy_weights.py").read_text() == (
+        Path(inspect.getfile(dummy)).read_text()
+    )
 
 
 def test_missing_plugin_exits_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

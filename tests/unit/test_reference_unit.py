@@ -10,21 +10,21 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import pair
-from vllm_frozen_kv_mtp.fixtures.reference import (
+from devkit.fixtures.reference import (
     draft_step,
     load_pair,
     reference_drafts,
     target_state,
     window_kv,
 )
-from vllm_frozen_kv_mtp.fixtures.trained import (
+from devkit.fixtures.trained import (
     TRAINED_DIR,
     TrainedPairError,
     eval_prompts,
     trained_pair_paths,
     verify_checksums,
 )
+from tests.conftest import pair
 
 WINDOW = 32
 
@@ -84,7 +84,7 @@ def test_step_matches_hf_assistant_forward(random_pair: tuple[Any, Any]) -> None
 
 def test_train_objective_equals_reference_steps(random_pair: tuple[Any, Any]) -> None:
     """The parallel distillation forward reads what inference reads, at every query."""
-    from vllm_frozen_kv_mtp.fixtures.train import frozen_kv_forward
+    from devkit.fixtures.train import frozen_kv_forward
 
     target, assistant = random_pair
     k, ids = 3, torch.tensor([_ids(WINDOW + 24, seed=5)])

@@ -12,9 +12,9 @@ import pytest
 
 from bench import soak
 from bench.gpu_tokens import PROFILES
-from vllm_frozen_kv_mtp.serving import client
-from vllm_frozen_kv_mtp.serving.fuzz import timeline as tl
-from vllm_frozen_kv_mtp.serving.fuzz.servers import ServeMode
+from devkit.serving import client
+from devkit.serving.fuzz import timeline as tl
+from devkit.serving.fuzz.servers import ServeMode
 
 
 def test_request_mix_follows_the_fractions() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from vllm_frozen_kv_mtp.serving.fuzz import timeline as tl
-from vllm_frozen_kv_mtp.serving.fuzz.timeline import RequestRecord, Sample
+from devkit.serving.fuzz import timeline as tl
+from devkit.serving.fuzz.timeline import RequestRecord, Sample
 
 DURATION = 240.0  # four 60 s quarters
 

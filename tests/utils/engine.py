@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from vllm_frozen_kv_mtp.instrument import drafter, model_runner, spec_metrics
+from devkit.instrument import drafter, model_runner, spec_metrics
 
 __all__ = [
     "drafter",
@@ -35,7 +35,7 @@ ENGINE_DEFAULTS: dict[str, Any] = dict(
 
 def make_llm(target: str, spec: dict[str, Any] | None = None, **kwargs: Any) -> Any:
     """An in-process ``LLM`` (VLLM_ENABLE_V1_MULTIPROCESSING=0 is set by conftest)."""
-    from vllm_frozen_kv_mtp.demo import tiny_llm
+    from devkit.demo import tiny_llm
 
     return tiny_llm(target, spec, **{**ENGINE_DEFAULTS, **kwargs})
 
@@ -115,7 +115,7 @@ def clear_margin_case(variant: str) -> tuple[str, str, list[Any], dict[str, Any]
     not hinge on logit near-ties: the committed trained pair (on its held-out
     prompts) or a fixture variant such as ``fp32-oracle`` (on PROMPTS)."""
     if variant == "trained":
-        from vllm_frozen_kv_mtp.fixtures.trained import eval_prompts, trained_pair_paths
+        from devkit.fixtures.trained import eval_prompts, trained_pair_paths
 
         t, a = trained_pair_paths()
         prompts: list[Any] = [{"prompt_token_ids": p} for p in eval_prompts()]

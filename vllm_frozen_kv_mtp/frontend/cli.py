@@ -14,7 +14,8 @@ method "frozen_kv_mtp" for Gemma 4 targets and their MTP assistants. Serving nee
 command from here: pass --speculative-config '{"method": "frozen_kv_mtp", ...}' to vLLM.
 
 After `make demo` or `make test` this command is .venv/bin/frozen-kv-mtp
-(or run `. .venv/bin/activate` once to put it on PATH)."""
+(or run `. .venv/bin/activate` once to put it on PATH). The CPU demo and the test
+fixtures live in the repository, beside the plugin: `make demo`, `make fixtures`."""
 
 EPILOG = """\
 examples:
@@ -22,8 +23,7 @@ examples:
       '{"method":"frozen_kv_mtp","model":"google/gemma-4-E4B-it-assistant"}'
   frozen-kv-mtp check-config --shape google/gemma-4-31B-it \\
       '{"method":"frozen_kv_mtp","model":"google/gemma-4-31B-it-assistant","num_speculative_tokens":"auto"}'
-  frozen-kv-mtp options          # every key of --speculative-config, with its default
-  frozen-kv-mtp demo             # the CPU demo (what `make demo` runs)"""
+  frozen-kv-mtp options          # every key of --speculative-config, with its default"""
 
 CHECK_DESCRIPTION = """\
 Check SPEC (the --speculative-config JSON) for TARGET without starting an engine.
@@ -85,9 +85,6 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "-v", "--verbose", action="store_true", help="show vLLM's and the plugin's log"
     )
-    # demo and fixtures parse their own flags (`frozen-kv-mtp demo --help`)
-    sub.add_parser("demo", help="run the CPU demo (--help for its flags)", add_help=False)
-    sub.add_parser("fixtures", help="build the tiny random-weight Gemma 4 fixtures", add_help=False)
     return p
 
 
@@ -104,19 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     p = _parser()
-    args, rest = p.parse_known_args(argv)
-    if args.command == "demo":
-        from vllm_frozen_kv_mtp.demo import main as demo
-
-        demo(rest)
-        return 0
-    if args.command == "fixtures":
-        from vllm_frozen_kv_mtp.fixtures.build import main as build
-
-        build(rest)
-        return 0
-    if rest:
-        p.error(f"unrecognized arguments: {' '.join(rest)}")
+    args = p.parse_args(argv)
     if args.command == "options":
         from vllm_frozen_kv_mtp.frontend.option_help import render
 

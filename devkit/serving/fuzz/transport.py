@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from vllm_frozen_kv_mtp.serving.fuzz.cases import Case
+from devkit.serving.fuzz.cases import Case
 
 
 @dataclass

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_frozen_kv_mtp.serving import client
+from devkit.serving import client
 
 #: code-like prompts (the tiny fixtures' tokenizer was trained on Python sources)
 PROMPTS = (

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS
+from devkit.fixtures.prompts import CODE_PROMPTS
 
 UNICODE_PROMPTS = (
     "emoji 🙂🚀 family 👩‍👩‍👧 flag 🇩🇪",

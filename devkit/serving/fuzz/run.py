@@ -20,10 +20,10 @@ from typing import Any
 
 import requests
 
-from vllm_frozen_kv_mtp.serving import client
-from vllm_frozen_kv_mtp.serving.fuzz.cases import Case, Limits, generate, greedy_comparable
-from vllm_frozen_kv_mtp.serving.fuzz.checks import PASSING, classify
-from vllm_frozen_kv_mtp.serving.fuzz.transport import Outcome, check_url, send
+from devkit.serving import client
+from devkit.serving.fuzz.cases import Case, Limits, generate, greedy_comparable
+from devkit.serving.fuzz.checks import PASSING, classify
+from devkit.serving.fuzz.transport import Outcome, check_url, send
 
 
 def run_cases(
@@ -183,8 +183,8 @@ def _short(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _serve_pair(log_dir: Path, k: int) -> tuple[Any, Any, str]:
     """Start a speculating and a plain server on loopback with the committed trained pair."""
-    from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
-    from vllm_frozen_kv_mtp.serving.openai_server import start_server
+    from devkit.fixtures.trained import trained_pair_paths
+    from devkit.serving.openai_server import start_server
 
     target, assistant = (str(p) for p in trained_pair_paths())
     template = Path(__file__).resolve().parents[3] / "configs" / "tiny-chat-template.jinja"
@@ -199,7 +199,7 @@ def _serve_pair(log_dir: Path, k: int) -> tuple[Any, Any, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m vllm_frozen_kv_mtp.serving.fuzz", description=__doc__.split("\n\n")[0]
+        prog="python -m devkit.serving.fuzz", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("--n", type=int, default=100, help="number of requests")
     ap.add_argument("--seed", type=int, default=0)

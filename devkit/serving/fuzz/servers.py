@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_frozen_kv_mtp.serving.fuzz import probe
+from devkit.serving.fuzz import probe
 
 REPO = Path(__file__).resolve().parents[3]
 CHAT_TEMPLATE = REPO / "configs" / "tiny-chat-template.jinja"
@@ -121,7 +121,7 @@ def dummy_weights_dist(directory: Path) -> Path:
     )
     (info / "entry_points.txt").write_text(
         f"[{GROUP}]\nfrozen_kv_mtp_dummy_weights = "
-        "vllm_frozen_kv_mtp.fixtures.dummy:fill_dummy_token_ordering\n"
+        "devkit.fixtures.dummy:fill_dummy_token_ordering\n"
     )
     return info
 

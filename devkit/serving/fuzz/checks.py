@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import re
 
-from vllm_frozen_kv_mtp.serving.fuzz.cases import Case
-from vllm_frozen_kv_mtp.serving.fuzz.transport import Choice, Outcome, error_message
+from devkit.serving.fuzz.cases import Case
+from devkit.serving.fuzz.transport import Choice, Outcome, error_message
 
 #: the outcomes a run may contain and pass ("upstream:" ones are named vLLM bugs, see below)
 PASSING = frozenset({"ok", "refused_4xx", "client_abort", "upstream:grammar_stop_token_dead_end"})

@@ -11,10 +11,10 @@ mixed sampling parameters share batches (the shape of the past ``top_k`` crash).
   :func:`greedy_comparable` for which requests are compared);
 * ``vllm:kv_cache_usage_perc`` is back to 0 once the server is idle.
 
-Only loopback URLs are accepted. ``python -m vllm_frozen_kv_mtp.serving.fuzz --help``.
+Only loopback URLs are accepted. ``python -m devkit.serving.fuzz --help``.
 """
 
-from vllm_frozen_kv_mtp.serving.fuzz.cases import (
+from devkit.serving.fuzz.cases import (
     CHOICES,
     INVALID,
     JSON_SCHEMA,
@@ -26,14 +26,14 @@ from vllm_frozen_kv_mtp.serving.fuzz.cases import (
     greedy_comparable,
     spec_refuses,
 )
-from vllm_frozen_kv_mtp.serving.fuzz.checks import (
+from devkit.serving.fuzz.checks import (
     PASSING,
     classify,
     grammar_stop_token_dead_end,
     prompt_text_leaks,
 )
-from vllm_frozen_kv_mtp.serving.fuzz.run import end_checks, fuzz, main, passed, run_cases
-from vllm_frozen_kv_mtp.serving.fuzz.transport import Choice, Outcome, check_url, send
+from devkit.serving.fuzz.run import end_checks, fuzz, main, passed, run_cases
+from devkit.serving.fuzz.transport import Choice, Outcome, check_url, send
 
 __all__ = [
     "CHOICES",

@@ -1,7 +1,7 @@
 """Demo: frozen_kv_mtp next to no speculation on a tiny Gemma 4 pair, on CPU.
 
-    python -m vllm_frozen_kv_mtp.demo                 # the committed trained pair
-    python -m vllm_frozen_kv_mtp.demo --pair fp32     # a random-weight fixture (acceptance ~0)
+    python -m devkit.demo                 # the committed trained pair
+    python -m devkit.demo --pair fp32     # a random-weight fixture (acceptance ~0)
 
 Runs the same greedy prompts twice through vLLM's real engine (in-process), once
 without speculation and once with ``{"method": "frozen_kv_mtp", ...}``, and prints
@@ -19,7 +19,7 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from vllm_frozen_kv_mtp.fixtures.prompts import CODE_PROMPTS  # noqa: E402
+from devkit.fixtures.prompts import CODE_PROMPTS  # noqa: E402
 
 PROMPTS = CODE_PROMPTS[:8]
 
@@ -28,14 +28,14 @@ def resolve_pair(name: str, models: str) -> tuple[str, str]:
     """(target, assistant) dirs: the committed trained pair, or a fixture variant."""
     if name == "trained":
         try:
-            from vllm_frozen_kv_mtp.fixtures.trained import trained_pair_paths
+            from devkit.fixtures.trained import trained_pair_paths
         except ImportError:
             print("[demo] no trained pair in this checkout; using the oracle fixture")
             name = "fp32-oracle"
         else:
             t, a = trained_pair_paths()
             return str(t), str(a)
-    from vllm_frozen_kv_mtp.fixtures.build import ensure_pair
+    from devkit.fixtures.build import ensure_pair
 
     print(f"[demo] building/reusing fixture {name!r} under {models}/")
     t, a = ensure_pair(name, models)
@@ -62,7 +62,7 @@ def tiny_llm(target: str, spec: dict[str, Any] | None, **kwargs: Any) -> Any:
 def _run(target: str, spec: dict[str, Any] | None, max_tokens: int) -> dict[str, Any]:
     from vllm import SamplingParams
 
-    from vllm_frozen_kv_mtp.instrument import acceptance, spec_metrics
+    from devkit.instrument import acceptance, spec_metrics
 
     label = spec["method"] if spec else "no speculation"
     print(f"[demo] starting engine ({label}) ...", flush=True)
@@ -89,7 +89,7 @@ def _run(target: str, spec: dict[str, Any] | None, max_tokens: int) -> dict[str,
 
 
 def _drafter_summary(llm: Any) -> str | None:
-    from vllm_frozen_kv_mtp.instrument import drafter
+    from devkit.instrument import drafter
 
     stats = getattr(drafter(llm), "frozen_stats", None)
     return stats.summary() if stats is not None else None

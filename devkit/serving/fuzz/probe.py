@@ -22,7 +22,7 @@ from typing import Any
 ENV_DIR = "FROZEN_KV_MTP_STATS_DIR"
 ENV_INTERVAL = "FROZEN_KV_MTP_STATS_INTERVAL_S"
 GROUP = "vllm.general_plugins"
-ENTRY_POINT = "vllm_frozen_kv_mtp.serving.fuzz.probe:start"
+ENTRY_POINT = "devkit.serving.fuzz.probe:start"
 #: DraftStats fields summed across drafters (rounds_by_k is summed per k)
 COUNTERS = ("rounds", "skipped_rounds", "graph_misses", "sampled_rounds", "seed_rows")
 
