@@ -1,7 +1,7 @@
 """frozen_kv_mtp with tensor parallelism 2 (two GPUs of one host), Model Runner V2.
 
 Workers are separate processes here, so the plugin must load through its entry
-point there (pip install, or a ``.dist-info`` on PYTHONPATH: bench/remote_gpu_session.sh
+point there (pip install, or a ``.dist-info`` on PYTHONPATH: tools/remote_gpu_session.sh
 writes one); the drafter class is read back from each worker.
 """
 

@@ -1,4 +1,4 @@
-"""bench/gpu_queue.sh: a detached queue keeps going past a failed step and copies its
+"""tools/gpu_queue.sh: a detached queue keeps going past a failed step and copies its
 rows and logs out on every wait."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_queue.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "gpu_queue.sh"
 
 
 def test_queue_runs_every_step_and_copies_rows(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""bench/remote_gpu_session.sh's plan, dry: which steps, GPUs and flags each env runs.
+"""tools/remote_gpu_session.sh's plan, dry: which steps, GPUs and flags each env runs.
 
 GPU time is scarce; a plan that runs the wrong steps wastes it. The
 script's ``dry`` command runs the real plan with ``python`` and ``nvidia-smi`` replaced
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "remote_gpu_session.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "remote_gpu_session.sh"
 PLAN_ENV = (
     "E4B",
     "E4B_METHODS",
@@ -267,7 +267,7 @@ def test_dry_estimates_measured_plans(env: dict[str, str], measured_s: int) -> N
 
 
 def test_plan_estimate_counts_each_step() -> None:
-    from bench.plan_estimate import METHOD_S, TEST_S, TESTS_BASE_S, count_gpu_tests, step_seconds
+    from tools.plan_estimate import METHOD_S, TEST_S, TESTS_BASE_S, count_gpu_tests, step_seconds
 
     bench = "python -m bench.gpu all --models 31B --methods none,mtp --concurrency 1,32"
     bench += " --ttft 1024"

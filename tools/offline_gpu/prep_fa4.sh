@@ -3,7 +3,7 @@
 # bundle unpacked into /tmp/site on an offline GPU host. Runs on a CPU machine with PyPI access
 # (needs pip for CPython 3.12, unzip, xz, split, sha256sum).
 #
-#   VLLM_VER=0.33.0 PY312=python3.12 bench/offline_gpu/prep_fa4.sh OUT_DIR
+#   VLLM_VER=0.33.0 PY312=python3.12 tools/offline_gpu/prep_fa4.sh OUT_DIR
 #
 # Writes OUT_DIR/fa4a, OUT_DIR/fa4b, ... : each holds one chunk of fa4.tar.xz (xz -9), the manifest
 # and the host scripts (host/*). Each folder stays under PART_MAX_MIB (default 50 MiB), leaving room

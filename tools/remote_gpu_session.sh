@@ -5,13 +5,13 @@
 # Run from a checkout on that host with vLLM for CUDA installed; SESSION_ENV names a shell
 # file sourced first to set the environment up (default .gpu/part2/env.sh, if present).
 #
-#   bash bench/remote_gpu_session.sh start        # launch the plan, return at once
+#   bash tools/remote_gpu_session.sh start        # launch the plan, return at once
 #     (env: E4B_METHODS, e.g. "frozen_kv_mtp,frozen_kv_mtp:centroid_head=dense,mtp,none";
 #      E4B_RUNNERS, "v2" (default) or "v2 v1" for the V1 runner as well;
 #      RUN, the label stored in the rows; V2_TESTS and V1_TESTS, pytest -k expressions; LATE_S)
-#   bash bench/remote_gpu_session.sh wait 560     # follow it up to 560 s; pack logs into
+#   bash tools/remote_gpu_session.sh wait 560     # follow it up to 560 s; pack logs into
 #                                                 # $OUT, a folder to copy back, if set
-#   bash bench/remote_gpu_session.sh dry          # no GPU: list the steps this env would run
+#   bash tools/remote_gpu_session.sh dry          # no GPU: list the steps this env would run
 #   (start runs `reset` first: a second plan on the same warm machine keeps the first
 #    plan's rows and logs, and `wait` waits for the new one)
 #
@@ -264,7 +264,7 @@ start)
   mkdir -p "$W/repo/$(dirname "$ENV_SH")"
   tar --exclude=./.gpu --exclude=./.git --exclude=./.venv -cf - . | tar -C $W/repo -xf -
   [ -f "$ENV_SH" ] && cp "$ENV_SH" "$W/repo/$ENV_SH"
-  (cd $W/repo && setsid nohup bash bench/remote_gpu_session.sh plan </dev/null >$W/plan.log 2>&1 &)
+  (cd $W/repo && setsid nohup bash tools/remote_gpu_session.sh plan </dev/null >$W/plan.log 2>&1 &)
   sleep 5
   cat $W/plan.log
   ;;
@@ -283,9 +283,9 @@ dry)
   nvidia-smi() { [ "${1:-}" = -L ] && seq "${SESSION_GPUS:-1}" | sed 's/^/GPU /'; return 0; }
   plan
   cat $W/dry.log
-  if [ "${SESSION_ESTIMATE:-1}" = 1 ]; then # the plan's rough wall time (bench.plan_estimate)
+  if [ "${SESSION_ESTIMATE:-1}" = 1 ]; then # the plan's rough wall time (tools.plan_estimate)
     py=$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
-    command "$py" -m bench.plan_estimate $W/dry.log
+    command "$py" -m tools.plan_estimate $W/dry.log
   fi
   [ -n "${SESSION_DRY_DIR:-}" ] || rm -rf "$W"
   ;;

@@ -4,7 +4,7 @@
 # to (not inside) a vLLM bundle in /tmp/site. Runs on a CPU machine with PyPI access (needs pip
 # for CPython 3.12, unzip, xz, split, sha256sum, gcc; nvcc 13 for the JIT kernels).
 #
-#   PY312=python3.12 bench/offline_gpu/sglang/prep_sglang.sh OUT_DIR        (from the project root)
+#   PY312=python3.12 tools/offline_gpu/sglang/prep_sglang.sh OUT_DIR        (from the project root)
 #
 # Writes OUT_DIR/sgla, OUT_DIR/sglb, ...: each holds one chunk of sglsite.tar.xz, the manifest and
 # the host scripts (host/*), and stays under PART_MAX_MIB. The archive unpacks to /tmp/sglsite:

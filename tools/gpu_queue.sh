@@ -4,13 +4,13 @@
 # follows the queue for a while and copies its logs and rows out, so that a cut call, or
 # a host taken back, loses at most the step that was running.
 #
-#   bash bench/gpu_queue.sh start PLAN   # PLAN: one shell command a line ('#' comments),
+#   bash tools/gpu_queue.sh start PLAN   # PLAN: one shell command a line ('#' comments),
 #                                        # run from the repo root with Q set to the queue
 #                                        # folder; rows belong under $Q/rows
-#   bash bench/gpu_queue.sh wait 540     # follow up to 540 s (returns early when the queue
+#   bash tools/gpu_queue.sh wait 540     # follow up to 540 s (returns early when the queue
 #                                        # ends); copies $Q/rows and the logs into $OUT
-#   bash bench/gpu_queue.sh status       # the step running now and the rows so far
-#   bash bench/gpu_queue.sh stop         # kill the queue (its process group)
+#   bash tools/gpu_queue.sh status       # the step running now and the rows so far
+#   bash tools/gpu_queue.sh stop         # kill the queue (its process group)
 #
 # Every step has its own log ($Q/NN.log) and a line in $Q/steps.tsv (start, end, exit
 # code, command). A step that fails does not stop the queue.

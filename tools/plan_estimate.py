@@ -1,10 +1,10 @@
-"""Rough wall time of a GPU plan, from the calls ``bench/remote_gpu_session.sh dry`` lists.
+"""Rough wall time of a GPU plan, from the calls ``tools/remote_gpu_session.sh dry`` lists.
 
 A rented GPU host is often held for a fixed time, and a plan that runs past it loses
 what it has not packed yet. ``dry`` prints this estimate after the steps:
 
-    E4B=0 TESTS=v2 ... bash bench/remote_gpu_session.sh dry   # ends with "estimated: ..."
-    python -m bench.plan_estimate dry.log                      # or on a saved call list
+    E4B=0 TESTS=v2 ... bash tools/remote_gpu_session.sh dry   # ends with "estimated: ..."
+    python -m tools.plan_estimate dry.log                      # or on a saved call list
 
 The costs are fitted to measured plans on a one-GPU H200 (16 cores), so they are rough:
 one with attention sweeps at 31B and E4B, the dense head, 5 V2 tests and 4 31B methods
