@@ -126,4 +126,4 @@ def test_text_only_wrapper_not_refused(variant: str, kw: dict[str, Any]) -> None
     assert cfg.model_config.architectures == [ARCH]
     assert cfg.speculative_config.method == "mtp"
     assert cfg.speculative_config.use_gemma4_mtp()
-    assert cfg.additional_config["frozen_kv_mtp"]["num_speculative_tokens"] == 3
+    assert cfg.speculative_config.num_speculative_tokens == 3

@@ -137,7 +137,7 @@ def test_gpu_yaml_validates_in_rays_replica_code(hub: dict[str, str]) -> None:
             vc.speculative_config.num_speculative_tokens
             == ek["speculative_config"]["num_speculative_tokens"]
         )
-        assert vc.additional_config["frozen_kv_mtp"]["num_speculative_tokens"] == 4
+        assert vc.speculative_config.num_speculative_tokens == 4
         assert vc.parallel_config.tensor_parallel_size == ek["tensor_parallel_size"]
 
 

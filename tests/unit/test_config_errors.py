@@ -55,7 +55,6 @@ def test_accepted_and_translated_to_mtp(fp32: tuple[str, str]) -> None:
         "target_softcap": "one_pass",
         "max_num_speculative_tokens": 7,
         "k_policy": "static",
-        "num_speculative_tokens": 3,
     }
 
 

@@ -62,7 +62,6 @@ def _check(cfg: Any, size: str, tp: int, max_model_len: int) -> None:
     sc = cfg.speculative_config
     assert sc.method == "mtp" and sc.use_gemma4_mtp()  # translated to vLLM's Gemma 4 MTP
     assert sc.num_speculative_tokens == spec.k
-    assert cfg.additional_config["frozen_kv_mtp"]["num_speculative_tokens"] == spec.k
     assert sc.draft_model_config.hf_config.model_type == "gemma4_mtp"
     assert cfg.parallel_config.tensor_parallel_size == tp
     assert cfg.model_config.max_model_len == max_model_len

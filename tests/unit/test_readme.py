@@ -47,4 +47,4 @@ def test_first_screen_has_the_two_commands_and_the_one_flag_gpu_line(
     cfg = _engine_config_from_argv(["--model", argv[0], *argv[1:]], hub)
     options = cfg.additional_config["frozen_kv_mtp"]
     assert cfg.speculative_config.use_gemma4_mtp()
-    assert options["k_policy"] == "auto" and options["num_speculative_tokens"] == 7
+    assert options["k_policy"] == "auto" and cfg.speculative_config.num_speculative_tokens == 7

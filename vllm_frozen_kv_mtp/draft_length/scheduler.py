@@ -214,8 +214,3 @@ class GoodputScheduler:
         async_ = bool(vllm_config.scheduler_config.async_scheduling)
         impl = GoodputAsyncScheduler if async_ else GoodputSyncScheduler
         return impl(*args, **kwargs)
-
-
-def k_policy_of(scheduler: Any) -> GoodputPolicy | None:
-    """The policy of an engine's scheduler, if it runs ``"auto"`` (tests, benchmarks)."""
-    return getattr(scheduler, "k_policy", None)

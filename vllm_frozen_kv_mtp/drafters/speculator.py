@@ -101,7 +101,6 @@ class FrozenKVMTPSpeculator(Gemma4Speculator):
         self.frozen_stats = DraftStats()
         log_stats_at_exit(self.frozen_stats)
         enable_frozen_runtime_fixes()
-        self._kv_caches: list[torch.Tensor] = []
         logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
         buffer = self._draft_logits_buffer
         if buffer is not None:

@@ -279,10 +279,10 @@ def _plugin_check(target: str, hf_config: Any, spec: dict[str, Any]) -> str:
         pipeline_parallel_size=1, tensor_parallel_size=1, data_parallel_size=1
     )
     try:
-        translation = translate_speculative_config(engine_args, model_config, parallel)
+        ours = translate_speculative_config(engine_args, model_config, parallel)
     except FrozenKVMTPConfigError as e:
         raise CheckFailed(str(e)) from None
-    if translation is None:  # not ours, and no near miss of our name either
+    if not ours:  # not ours, and no near miss of our name either
         method = spec.get("method")
         if method is None:
             raise CheckFailed(
@@ -296,6 +296,7 @@ def _plugin_check(target: str, hf_config: Any, spec: dict[str, Any]) -> str:
     return f"{METHOD}, " + describe(
         spec_out["model"],
         engine_args.additional_config[METHOD],
+        spec_out["num_speculative_tokens"],
         spec_out.get("num_speculative_tokens_per_batch_size"),
         spec_out["draft_sample_method"],
         spec_out.get("rejection_sample_method", "standard"),
@@ -326,6 +327,7 @@ def _engine_check(target: str, spec: dict[str, Any]) -> str:
     return f'{METHOD} (runs as vLLM\'s "{s.method}"), ' + describe(
         s.model,
         cfg.additional_config.get(METHOD) or {},
+        s.num_speculative_tokens,
         s.num_speculative_tokens_per_batch_size,
         s.draft_sample_method,
         s.rejection_sample_method,
@@ -335,6 +337,7 @@ def _engine_check(target: str, spec: dict[str, Any]) -> str:
 def describe(
     assistant: str,
     options: dict[str, Any],
+    k: int,
     schedule: Any,
     draft_sample_method: str,
     rejection_sample_method: str,
@@ -344,8 +347,7 @@ def describe(
     from vllm_frozen_kv_mtp.frontend.translate import describe_draft_sample_method
     from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
-    policy = options.get("k_policy", "static")
-    k = int(options.get("num_speculative_tokens", 0))  # the ceiling under "auto"
+    policy = options.get("k_policy", "static")  # k: the ceiling under "auto"
     defaults = asdict(FrozenKVOptions())
     changed = {
         key: v

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from vllm_frozen_kv_mtp import METHOD
@@ -107,20 +107,15 @@ def _check_method_typo(method: Any) -> None:
         )
 
 
-@dataclass
-class Translation:
-    """The result of rewriting one frozen_kv_mtp request into vLLM's 'mtp'."""
-
-    options: FrozenKVOptions
-    num_speculative_tokens: int
-
-    def check_result(self, spec_config: Any) -> None:
-        if spec_config is None or not spec_config.use_gemma4_mtp():
-            method = getattr(spec_config, "method", None)
-            raise FrozenKVMTPConfigError(
-                f"vLLM resolved the assistant to method {method!r}, not Gemma 4 MTP.",
-                "pass a Gemma 4 assistant checkpoint (model_type 'gemma4_assistant').",
-            )
+def check_translated(spec_config: Any) -> None:
+    """vLLM built Gemma 4 MTP from a translated request (else the assistant is no Gemma 4
+    assistant vLLM recognises)."""
+    if spec_config is None or not spec_config.use_gemma4_mtp():
+        method = getattr(spec_config, "method", None)
+        raise FrozenKVMTPConfigError(
+            f"vLLM resolved the assistant to method {method!r}, not Gemma 4 MTP.",
+            "pass a Gemma 4 assistant checkpoint (model_type 'gemma4_assistant').",
+        )
 
 
 def _fold_cli_aliases(engine_args: Any) -> None:
@@ -148,19 +143,19 @@ def _fold_cli_aliases(engine_args: Any) -> None:
 
 def translate_speculative_config(
     engine_args: Any, target_model_config: Any, target_parallel_config: Any
-) -> Translation | None:
+) -> bool:
     """Validate a frozen_kv_mtp request and rewrite ``engine_args`` for vLLM's 'mtp'.
 
-    Returns None (and changes nothing) when the request is not for frozen_kv_mtp.
+    Returns False (and changes nothing) when the request is not for frozen_kv_mtp.
     """
     _fold_cli_aliases(engine_args)
     raw = engine_args.speculative_config
     if not isinstance(raw, dict):
-        return None
+        return False
     cfg = {str(k).replace("-", "_"): v for k, v in raw.items()}
     if cfg.get("method") != METHOD:
         _check_method_typo(cfg.get("method"))
-        return None
+        return False
 
     _check_keys(cfg)
     model = cfg.get("model")
@@ -240,7 +235,7 @@ def translate_speculative_config(
         translated["num_speculative_tokens_per_batch_size"] = schedule
     engine_args.speculative_config = translated
     extra = dict(getattr(engine_args, "additional_config", None) or {})
-    extra[ADDITIONAL_CONFIG_KEY] = {**asdict(options), "num_speculative_tokens": k}
+    extra[ADDITIONAL_CONFIG_KEY] = asdict(options)
     engine_args.additional_config = extra
     logger.info(
         "frozen_kv_mtp: assistant %s, %s, %s drafts, %s verification, target %s "
@@ -251,7 +246,7 @@ def translate_speculative_config(
         cfg.get("rejection_sample_method", "standard"),
         getattr(target_model_config, "model", "?"),
     )
-    return Translation(options=options, num_speculative_tokens=k)
+    return True
 
 
 def _check_rejection_method(cfg: dict[str, Any]) -> None:

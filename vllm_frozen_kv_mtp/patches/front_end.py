@@ -28,15 +28,18 @@ def _patch_create_speculative_config(mod: ModuleType) -> None:
 
 
 def _translating(original: Callable[..., Any]) -> Callable[..., Any]:
-    from vllm_frozen_kv_mtp.frontend.translate import translate_speculative_config
+    from vllm_frozen_kv_mtp.frontend.translate import (
+        check_translated,
+        translate_speculative_config,
+    )
 
     def create_speculative_config(
         self: Any, target_model_config: Any, target_parallel_config: Any
     ) -> Any:
         translated = translate_speculative_config(self, target_model_config, target_parallel_config)
         result = original(self, target_model_config, target_parallel_config)
-        if translated is not None:
-            translated.check_result(result)
+        if translated:
+            check_translated(result)
         return result
 
     return create_speculative_config
