@@ -11,7 +11,7 @@ tables, the recurrent draft loop and vLLM's ``RejectionSampler``. What changes:
 * the drafter is checked at load to read, and never own or write, target KV;
 * centroid heads work off CUDA (upstream captures CUDA graphs unconditionally);
 * drafter layers read an FP8 KV cache with the target layers' scales (upstream V1
-  leaves them at 1.0: vllm-project/vllm#41789, 0.2% acceptance);
+  leaves them at 1.0, and acceptance collapses: vllm-project/vllm#41789);
 * with ``draft_sample_method="probabilistic"``, drafts are sampled from the
   assistant's distribution after the request's temperature, top-k and top-p (vLLM's
   draft sampler applies the temperature only); vLLM hands that q to the rejection

@@ -8,9 +8,9 @@ CUDA-graph rows get ``seq_len`` 0 and an empty query, so they read nothing.
 ``load_seed_rows_torch`` does it in ~20 small torch ops, each a kernel launch and a few
 microseconds of host time; ``load_seed_rows_triton`` does the same in one launch, as
 upstream's ``prepare_prefill_inputs`` does for its drafter. The host time matters where
-the engine step is host-bound (E4B at c=128 on the H200, BENCHMARKS.md). The two
-write identical buffers (``tests/unit/test_seed_rows.py`` runs the kernel in Triton's
-interpreter on CPU; ``tests/gpu`` compares them on CUDA).
+the engine step is host-bound (large batches of a small model: BENCHMARKS.md, "Host time
+at c >= 128"). The two write identical buffers (``tests/unit/test_seed_rows.py`` runs the
+kernel in Triton's interpreter on CPU; ``tests/gpu`` compares them on CUDA).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 Triton launches, without materialising their embedding rows or scores in memory.
 
 Upstream's head copies each row's ``top_k * tokens_per_centroid`` candidate embedding
-rows (4096 x 256 for E4B) before scoring them; ``dense`` reads the whole table with a
-GEMM instead. Here, a first launch selects each row's top centroids from the centroid
-scores (a bitonic top-k; ``torch.topk`` took 13 us of each step at 32 rows on the H200).
+rows before scoring them; ``dense`` reads the whole table with a GEMM instead. Here, a
+first launch selects each row's top centroids from the centroid scores (a bitonic
+top-k, faster than ``torch.topk`` at every batch size measured).
 Then one program per (row, selected centroid) reads that centroid's token ids and
 embedding rows once, dots them with the row's hidden state (fp32 accumulation, rounded
 to the hidden dtype as upstream's scores are), drops ``suppress_tokens`` and NaNs, and
@@ -31,18 +31,16 @@ BIG_ID = 2**62
 
 
 #: launch shape of the per-centroid kernel: hidden-dim chunk and warps per program.
-#: The fastest of 64x4, 128x4, 128x8 and 256x8 on the H200 at 32 and 128 rows
-#: (``bench.micro.heads_gpu --sweep``, E4B head: 40.0 vs 52.1 us per call at 32 rows with
-#: 64x4, 72.1 vs 90.0 at 128).
+#: The fastest of 64x4, 128x4, 128x8 and 256x8 at 32 and 128 rows in
+#: ``bench.micro.heads_gpu --sweep`` (E4B head).
 BEST_KERNEL_BLOCK_D = 128
 BEST_KERNEL_WARPS = 4
 
 
 #: how the fused head selects each row's top centroids: "triton" (one launch of
-#: ``_centroid_topk_kernel``) or "torch" (``torch.topk``, unsorted on CUDA). The whole
-#: fused head on the H200 (E4B head, ``bench.micro.heads_gpu --sweep 128x4:torch``):
-#: 15.3 / 17.9 / 32.3 / 71.9 us per call at 1 / 8 / 32 / 128 rows with "triton", 21.8 /
-#: 25.7 / 39.3 / 71.9 with "torch".
+#: ``_centroid_topk_kernel``) or "torch" (``torch.topk``, unsorted on CUDA); "triton"
+#: was as fast or faster at every row count in ``bench.micro.heads_gpu --sweep
+#: 128x4:torch`` (docs/tuning.md, ``centroid_head``).
 CENTROID_TOPK = "triton"
 
 

@@ -39,9 +39,9 @@ except ImportError:  # pragma: no cover - depends on the install
 
 #: keys per tile by head size: two 64 x 256 bf16 tiles (K and V) are 64 KB
 TILE_KEYS = {256: 64, 512: 32}
-#: programs the split aims for, about two per SM on an H200 (132 SMs). The sweep in
-#: bench/results/h200_attn.json put 256 ahead of 512 at every batch of 16 rows or more,
-#: by up to 30% at 128 rows, where one split (no merge launch) wins
+#: programs the split aims for, about two per SM on an H100/H200-class GPU. The sweep in
+#: bench/results/h200_attn.json put 256 ahead of 512 at every batch of 16 rows or more:
+#: at large batches one split (no merge launch) wins
 TARGET_PROGRAMS = 256
 MAX_SPLITS = 16
 

@@ -2,9 +2,9 @@
 31B and 26B-A4B assistants, 262144 x 1024) in two Triton launches, with no logits tensor.
 
 Upstream computes every row's full-vocabulary logits with a GEMM, soft-caps them (three
-elementwise passes), fills ``suppress_tokens`` with -inf and takes the argmax. On the
-H200 that head was 0.41 ms of a 1.59 ms 31B round at c=32: the GEMM reads
-the whole 537 MB table each draft step. Here one launch scores a block of vocabulary
+elementwise passes), fills ``suppress_tokens`` with -inf and takes the argmax, a
+large share of a 31B draft round: the GEMM reads the whole table (half a gigabyte in
+bf16) each draft step. Here one launch scores a block of vocabulary
 rows for a block of draft rows (``tl.dot``) and keeps each draft row's best (score,
 lowest token id) in that block; a second launch reduces the blocks. Soft-capping is
 monotonic, so the pick needs none.
@@ -12,19 +12,18 @@ monotonic, so the pick needs none.
 * ``"fused"``: the weights as loaded; each score is rounded to the hidden dtype, as
   upstream's GEMM output is. The same pick as upstream's argmax up to summation order.
 * ``"fp8"``: the weights quantised once at load to FP8 E4M3 with one scale per
-  vocabulary row, so each step reads half the bytes (+0.27 GB of GPU memory for 31B's
-  head beside the bf16 table, which the input embedding and upstream's fallback keep).
+  vocabulary row, so each step reads half the bytes (the FP8 copy sits beside the bf16
+  table, which the input embedding and upstream's fallback keep).
   Where two tokens score within the quantisation error the pick may differ from
   upstream's. Drafts are verified, so output stays lossless; only acceptance can move.
   Batches of more than ``FP8_MAX_ROWS`` rows score the loaded table, as ``"fused"``
-  does: at 128 rows that launch was the faster of the two.
+  does: at large batches that launch is the faster of the two.
 
 Model Runner V2, one GPU per drafter (vocabulary-parallel heads, TP > 1, keep
-upstream's head). On the H200 (the 31B head alone): upstream 142.2 / 189.6 /
-308.1 us per call at 1 / 32 / 128 rows, ``fused`` 128.4 / 132.1 / 222.0 with the same
-picks, ``fp8`` as launched 96.2 / 116.2 / 245.2 (repeat runs within 5%). The CPU tests
-check the picks against a torch reference in Triton's interpreter and compile the
-kernels for sm_90.
+upstream's head; ``drafters/heads.py`` prepares the head at load). Per-call timings
+against upstream's head: docs/tuning.md, ``dense_head`` (``bench.micro.dense_head_gpu``).
+The CPU tests check the picks against a torch reference in Triton's interpreter and
+compile the kernels for sm_90.
 """
 
 from __future__ import annotations
@@ -51,9 +50,9 @@ FP8_MAX = 448.0
 BLOCK_N, BLOCK_K, MAX_BLOCK_M = 128, 64, 64
 #: "fp8" scores batches of up to this many rows from the FP8 copy and larger ones from
 #: the loaded table, and batches of up to FP8_WIDE_K_ROWS rows in hidden chunks of
-#: FP8_WIDE_K. On the H200 (31B head, us per call): FP8 117.3 vs the loaded
-#: table's 137.1 at 32 rows, but 267.5 vs 226.4 at 128; FP8 in 128-wide chunks 96.3 /
-#: 96.1 vs 110.6 / 111.7 at 1 / 8 rows, 95.9 vs 100.9 at 16 rows, and no faster at 32.
+#: FP8_WIDE_K: where each launch was the faster one in ``bench.micro.dense_head_gpu``'s
+#: sweep of the 31B head (FP8 wins at a few rows and loses at large batches; wide chunks
+#: win up to 16 rows).
 FP8_MAX_ROWS, FP8_WIDE_K_ROWS, FP8_WIDE_K = 32, 16, 128
 
 

@@ -5,8 +5,8 @@ batch it cannot handle must not stop serving, so its caller falls back to a slow
 with the same result. Each fallback is a performance cliff, so none is silent: it logs a
 WARNING naming the option, what runs instead and the reason (once per kernel and
 reason), it is counted here, and the counts are logged again at interpreter exit.
-``instrument.kernel_fallbacks()`` reads them. Counts are per process: with tensor
-parallelism each worker keeps its own (``instrument.worker_drafter_info``).
+``devkit/instrument.py`` reads them for tests. Counts are per process: with tensor
+parallelism each worker keeps its own.
 """
 
 from __future__ import annotations
