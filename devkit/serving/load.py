@@ -2,7 +2,7 @@
 
 The same :func:`plan` (same seed) sent to a server with and without speculation gives
 request-by-request comparable greedy outputs; :func:`summarize` turns one run into
-latency/throughput/acceptance numbers. Used by tests/serving/test_load.py and
+latency/throughput/acceptance numbers. Used by tests/serving/test_openai_server.py and
 bench.serving.
 """
 
