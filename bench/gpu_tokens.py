@@ -968,6 +968,23 @@ def _temperatures(text: str) -> list[float]:
     return ts
 
 
+def add_workload_args(p: argparse.ArgumentParser, concurrency: str) -> None:
+    """The workload flags every engine's driver shares (this one and the SGLang peer's):
+    the same names and defaults, so one command line describes both engines' runs."""
+    p.add_argument("--model", default="E4B", help="Gemma 4 shape: E2B, E4B, 26B-A4B, 31B")
+    p.add_argument("--concurrency", default=concurrency)
+    p.add_argument("--profiles", default="code,chat,prose")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per row (median)")
+    p.add_argument(
+        "--min-tokens",
+        type=int,
+        default=1024,
+        help="more timed runs at low concurrency: at least this many output tokens per row",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -983,21 +1000,10 @@ def main() -> None:
             p.add_argument(
                 "--engines", default="none,mtp:4,mtp:sweep,frozen:sweep", help="comma-separated"
             )
-        p.add_argument("--model", default="E4B")
+        add_workload_args(p, concurrency="1,8,32,128,256")
         p.add_argument("--k-max", type=int, default=7)
-        p.add_argument("--concurrency", default="1,8,32,128,256")
-        p.add_argument("--profiles", default="code,chat,prose")
         p.add_argument(
             "--policies", default="auto,schedule", help="frozen:sweep rows besides pinned k"
-        )
-        p.add_argument("--prompt-len", type=int, default=128)
-        p.add_argument("--tokens", type=int, default=128)
-        p.add_argument("--repeats", type=int, default=3, help="timed runs per row (median)")
-        p.add_argument(
-            "--min-tokens",
-            type=int,
-            default=1024,
-            help="more timed runs at low concurrency: at least this many output tokens per row",
         )
         p.add_argument("--mode", choices=["graphs", "eager"], default="graphs")
         p.add_argument("--dtype", default="bfloat16")

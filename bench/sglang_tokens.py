@@ -54,7 +54,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_tokens import PROFILES, interleaved, prompt_batches, repeats_at
+from bench.gpu_tokens import (
+    PROFILES,
+    add_workload_args,
+    interleaved,
+    prompt_batches,
+    repeats_at,
+)
 from bench.peers import (
     TREE_AL_SOURCE,
     chain_al,
@@ -522,18 +528,7 @@ def run_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="E4B", help="Gemma 4 shape: E4B, 31B, 26B-A4B")
-    p.add_argument("--concurrency", default="1,8,32,128")
-    p.add_argument("--profiles", default="code,chat,prose")
-    p.add_argument("--prompt-len", type=int, default=128)
-    p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per row (median)")
-    p.add_argument(
-        "--min-tokens",
-        type=int,
-        default=1024,
-        help="more timed runs at low concurrency: at least this many output tokens per row",
-    )
+    add_workload_args(p, concurrency="1,8,32,128")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--mem", type=float, default=0.80, help="SGLang mem_fraction_static")
     p.add_argument("--tp", type=int, default=1)
