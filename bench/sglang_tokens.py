@@ -192,11 +192,31 @@ def profiles_of(setting: Setting, text: str) -> list[str]:
 
 
 def shape_dirs(args: argparse.Namespace) -> tuple[str, str]:
-    """(target, assistant) config-only directories of ``--model`` (written if missing)."""
+    """(target, assistant) config-only directories of ``--model`` (written if missing),
+    as SGLang reads them (``for_sglang``)."""
     from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
 
     t, a = ensure_shape_pair(args.model, args.shapes)
-    return str(t), str(a)
+    return str(for_sglang(Path(t))), str(for_sglang(Path(a)))
+
+
+def for_sglang(src: Path) -> Path:
+    """A copy of a shape directory beside it (``<dir>-sglang``) whose text config names
+    ``swa_num_key_value_heads``. SGLang 0.5.17 builds Gemma 4's sliding-window KV pool
+    from that key, which neither transformers' ``Gemma4TextConfig`` nor the hub's
+    config.json has; on a config without it the engine dies allocating its KV cache. Its
+    own Gemma 4 layers read the key with ``num_key_value_heads`` as the default (the
+    sliding layers' KV heads), and so does this copy."""
+    dst = src.with_name(src.name + "-sglang")
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name != "config.json":
+            (dst / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((src / "config.json").read_text())
+    text = cfg.get("text_config", cfg)
+    text.setdefault("swa_num_key_value_heads", text["num_key_value_heads"])
+    (dst / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    return dst
 
 
 def plan(args: argparse.Namespace) -> list[dict[str, Any]]:

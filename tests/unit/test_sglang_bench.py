@@ -154,7 +154,7 @@ def test_plan_has_one_engine_per_setting_with_every_profile(tmp_path: Path) -> N
     assert engines[0]["profiles"] == {"-": None}
     assert engines[1]["profiles"] == {"code": 4.0, "chat": 3.1, "prose": 1.78}
     target = engines[1]["engine"]["model_path"]
-    assert target.endswith("gemma-4-31B-it-shape") and Path(target, "config.json").exists()
+    assert target.endswith("gemma-4-31B-it-shape-sglang") and Path(target, "config.json").exists()
     assert engines[1]["engine"]["speculative_draft_model_path"].endswith("assistant-shape")
     # warm-up + repeats_at(c) timed batches per profile and concurrency
     want = sum(3 * (1 + gpu_tokens.repeats_at(c, 3, 1024, 128)) for c in (1, 8, 32, 128))
@@ -552,3 +552,19 @@ def test_vllm_peers_carry_the_latency_fields_gpu_tokens_records() -> None:
     row.update(ttft_p50_ms=21.5, itl_p50_ms=4.25, itl_p90_ms=5.5)
     (peer,) = vllm_peers([row])
     assert (peer["ttft_p50_ms"], peer["itl_p50_ms"], peer["itl_p90_ms"]) == (21.5, 4.25, 5.5)
+
+
+def test_sglang_copy_of_a_shape_names_the_sliding_kv_heads(tmp_path: Path) -> None:
+    from bench.sglang_tokens import for_sglang
+    from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
+
+    target, assistant = ensure_shape_pair("31B", str(tmp_path))
+    copy = for_sglang(Path(target))
+    cfg = json.loads((copy / "config.json").read_text())
+    text = cfg.get("text_config", cfg)
+    assert text["swa_num_key_value_heads"] == text["num_key_value_heads"]
+    assert copy.name.endswith("-sglang") and copy.parent == Path(target).parent
+    # the original stays as vLLM reads it
+    orig = json.loads((Path(target) / "config.json").read_text())
+    assert "swa_num_key_value_heads" not in orig.get("text_config", orig)
+    assert for_sglang(Path(assistant)).exists()
