@@ -155,7 +155,7 @@ def test_plan_has_one_engine_per_setting_with_every_profile(tmp_path: Path) -> N
     assert engines[1]["profiles"] == {"code": 4.0, "chat": 3.1, "prose": 1.78}
     target = engines[1]["engine"]["model_path"]
     assert target.endswith("gemma-4-31B-it-shape-sglang") and Path(target, "config.json").exists()
-    assert engines[1]["engine"]["speculative_draft_model_path"].endswith("assistant-shape")
+    assert engines[1]["engine"]["speculative_draft_model_path"].endswith("assistant-shape-sglang")
     # warm-up + repeats_at(c) timed batches per profile and concurrency
     want = sum(3 * (1 + gpu_tokens.repeats_at(c, 3, 1024, 128)) for c in (1, 8, 32, 128))
     assert engines[1]["batch_runs"] == want
