@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.engine import EngineSettings, speculative_config
+from bench.method import MethodSpec
 from devkit.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
 
 DRAFT_METHODS = ("greedy", "probabilistic")
@@ -50,12 +52,8 @@ def measure(
 
     target, assistant = trained_pair_paths(assistant=assistant_name)
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
-    spec = {
-        "method": "frozen_kv_mtp",
-        "model": str(assistant),
-        "num_speculative_tokens": k,
-        "draft_sample_method": draft_method,
-    }
+    method = MethodSpec("frozen_kv_mtp", k, {"draft_sample_method": draft_method})
+    spec = speculative_config(EngineSettings(method), str(assistant))
     llm = tiny_llm(
         str(target),
         spec,

@@ -25,8 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.acceptance_cpu import add_run_args, measure_temperatures
+from bench.engine import EngineSettings, speculative_config
+from bench.method import MethodError, MethodSpec, parse
 from devkit.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
 
+#: the two speculative_config keys a variant sets
+DRAFT, REJECTION = "draft_sample_method", "rejection_sample_method"
 #: (method, draft_sample_method, rejection_sample_method)
 VARIANTS = (
     ("frozen_kv_mtp", "greedy", "standard"),
@@ -58,13 +62,8 @@ def measure(
     method, draft, rejection = variant
     target, assistant_dir = trained_pair_paths(assistant=assistant)
     prompts = [{"prompt_token_ids": p} for p in eval_prompts()]
-    spec = {
-        "method": method,
-        "model": str(assistant_dir),
-        "num_speculative_tokens": k,
-        "draft_sample_method": draft,
-        "rejection_sample_method": rejection,
-    }
+    options = {DRAFT: draft, REJECTION: rejection}
+    spec = speculative_config(EngineSettings(MethodSpec(method, k, options)), str(assistant_dir))
     llm = tiny_llm(
         str(target),
         spec,
@@ -115,13 +114,26 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def parse_variants(text: str) -> list[tuple[str, str, str]]:
-    """``method:draft:rejection,...``, checked before any engine starts."""
+    """Comma-separated method strings (bench/method.py) naming both sampling options, e.g.
+    ``mtp:draft_sample_method=greedy/rejection_sample_method=block``, checked before any
+    engine starts; the older ``method:draft:rejection`` is read too."""
     out = []
     for item in text.split(","):
         parts = item.split(":")
-        if len(parts) != 3:
-            raise SystemExit(f"--variants: {item!r} is not method:draft:rejection")
-        out.append((parts[0], parts[1], parts[2]))
+        if len(parts) == 3 and "=" not in item:  # the older spelling
+            item = f"{parts[0]}:{DRAFT}={parts[1]}/{REJECTION}={parts[2]}"
+        try:
+            spec = parse(item)
+        except MethodError as e:
+            raise SystemExit(f"--variants: {e}") from None
+        draft, rejection = spec.options.get(DRAFT), spec.options.get(REJECTION)
+        if not spec.speculative or spec.k is not None or draft is None or rejection is None:
+            raise SystemExit(
+                f"--variants: {item!r} is not METHOD:{DRAFT}=D/{REJECTION}=R (k is --k)"
+            )
+        if set(spec.options) - {DRAFT, REJECTION}:
+            raise SystemExit(f"--variants: {item!r}: only {DRAFT} and {REJECTION} vary here")
+        out.append((spec.name, str(draft), str(rejection)))
     return out
 
 
@@ -137,7 +149,7 @@ def main() -> None:
     ap.add_argument(
         "--variants",
         default="all",
-        help="comma-separated method:draft:rejection triples, or 'all'",
+        help="comma-separated METHOD:draft_sample_method=D/rejection_sample_method=R, or 'all'",
     )
     ap.add_argument("--out", default="bench/results/gpu_acceptance.json")
     args = ap.parse_args()

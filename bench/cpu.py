@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.engine import EngineSettings, speculative_config
+from bench.method import parse
 from devkit.demo import resolve_pair, tiny_llm
 from devkit.fixtures.prompts import CODE_PROMPTS
 
@@ -44,9 +46,7 @@ def serve_method(args: argparse.Namespace) -> None:
     from devkit.instrument import DrafterProbe, acceptance, diff_metrics, drafter, spec_metrics
 
     target, assistant = resolve_pair(args.pair, args.models)
-    spec = None
-    if args.method != "none":
-        spec = {"method": args.method, "model": assistant, "num_speculative_tokens": args.k}
+    spec = speculative_config(EngineSettings(parse(args.method), default_k=args.k), assistant)
     llm = tiny_llm(target, spec, kv_cache_memory_bytes=args.kv_mib << 20)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     probe = DrafterProbe().attach(drafter(llm)) if spec else None
