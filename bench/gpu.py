@@ -4,6 +4,11 @@
     python -m bench.gpu all --models E4B --out bench/results/h200.jsonl   # all 3 methods
     python -m bench.gpu report bench/results/h200.jsonl --json bench/results/h200.json
 
+Methods are bench/method.py's strings (``frozen_kv_mtp:draft_attention=split``; k from
+``--k`` unless the string gives one); engines come from bench/engine.py. ``--target`` and
+``--assistant`` run a local pair instead (e.g. the committed trained pair, on CPU with
+``--mode eager --dtype float32``: draft rounds are then timed by wall clock).
+
 One engine per process (in-process engine core, `VLLM_ENABLE_V1_MULTIPROCESSING=0`).
 Weights are random (`load_format="dummy"`), so drafts are ~never accepted: what is
 measured is the cost of speculation per engine step (draft round + verify), which
@@ -31,9 +36,10 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
+from bench.engine import MODES, EngineSettings, build, draft_length
+from bench.method import METHODS, MethodError, MethodSpec, parse
 from bench.micro.gpu_profile import StepCounter, StepWindowProfiler, profile_call
 
-METHODS = ("none", "mtp", "frozen_kv_mtp")
 FIELDS = (
     "model",
     "method",
@@ -47,6 +53,20 @@ FIELDS = (
 )
 
 
+class WallEvent:
+    """A CUDA event's interface on the host clock: where there is no CUDA device (a CPU
+    smoke run) a draft round runs synchronously, so its wall time is its time."""
+
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: WallEvent) -> float:
+        return 1000 * (end.t - self.t)
+
+
 class DraftTimer:
     """CUDA events around every draft round, resolved after the run, and the host
     time of each ``propose`` call."""
@@ -54,6 +74,8 @@ class DraftTimer:
     def __init__(self, drafter: Any) -> None:
         import torch
 
+        self.cuda = torch.cuda.is_available()
+        event: Any = torch.cuda.Event if self.cuda else WallEvent
         self.pairs: list[tuple[Any, Any]] = []
         self.host_s: list[float] = []
         self.enter_s: list[float] = []  # perf_counter at each propose call's entry
@@ -63,7 +85,7 @@ class DraftTimer:
         def propose(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(*args, **kwargs)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = event(enable_timing=True), event(enable_timing=True)
             start.record()
             t = time.perf_counter()
             self.enter_s.append(t)
@@ -88,7 +110,8 @@ class DraftTimer:
 
         if not self.pairs:
             return None
-        torch.cuda.synchronize()
+        if self.cuda:
+            torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in self.pairs)
 
 
@@ -110,20 +133,15 @@ def ttft_host_timing(starts: list[float], times: list[float], timer: DraftTimer)
     }
 
 
-def parse_method(text: str) -> tuple[str, dict[str, Any]]:
-    """``"frozen_kv_mtp:centroid_head=dense/kv_guard=false/sliding_split_kv_max_rows=8"``
-    -> method and options (integers and booleans converted)."""
-    method, _, rest = text.partition(":")
-    if method not in METHODS:
-        raise SystemExit(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
-    options: dict[str, Any] = {}
-    for item in filter(None, rest.split("/")):
-        key, _, value = item.partition("=")
-        if value.lstrip("-").isdigit():
-            options[key] = int(value)  # e.g. sliding_split_kv_max_rows=8
-        else:
-            options[key] = {"true": True, "false": False}.get(value.lower(), value)
-    return method, options
+def parse_method(text: str) -> MethodSpec:
+    """A ``--method`` string (bench/method.py's syntax) for this bench: one k per engine,
+    no sweep; SystemExit names the fix before any engine starts."""
+    try:
+        spec = parse(text)
+        draft_length(EngineSettings(spec, default_k=1, allow_sweep=False))
+    except MethodError as e:
+        raise SystemExit(f"--method: {e}") from None
+    return spec
 
 
 def _spec_drafts(llm: Any) -> int:
@@ -142,37 +160,26 @@ def random_prompts(rng: random.Random, n: int, length: int, high: int) -> list[A
     ]
 
 
-def shape_engine(
-    model: str, shapes: str, method: str, k: int, **llm_kw: Any
-) -> tuple[Any, dict[str, Any] | None]:
-    """An in-process ``LLM`` on a real Gemma 4 shape with dummy weights (bf16), and the
-    speculative config it got; ``method`` may carry plugin options (see parse_method)."""
-    import vllm_frozen_kv_mtp
-
-    vllm_frozen_kv_mtp.register()  # not pip-installed on the GPU host
-    from vllm import LLM
-
-    from devkit.fixtures.dummy import fill_dummy_token_ordering
-    from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
-
-    fill_dummy_token_ordering()
-
-    target, assistant = ensure_shape_pair(model, shapes)
-    name, options = parse_method(method)
-    spec = None
-    if name != "none":
-        spec = {"method": name, "model": str(assistant), "num_speculative_tokens": k, **options}
-    llm = LLM(
-        model=str(target),
-        dtype="bfloat16",
-        seed=0,
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        disable_log_stats=False,
-        speculative_config=spec,
-        **llm_kw,
+def engine_settings(
+    args: argparse.Namespace, max_model_len: int, max_num_seqs: int
+) -> EngineSettings:
+    """The factory's settings of a ``run``: the shape (or ``--target``/``--assistant``), the
+    method, ``--k`` where the method gives none, ``--mode``."""
+    return EngineSettings(
+        parse_method(args.method),
+        model=args.model,
+        shapes=args.shapes,
+        target=args.target,
+        assistant=args.assistant,
+        default_k=args.k,
+        allow_sweep=False,
+        mode=args.mode,
+        dtype=args.dtype,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=args.mem,
+        tensor_parallel_size=args.tp,
     )
-    return llm, spec
 
 
 def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -181,21 +188,10 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     concurrency = [int(c) for c in args.concurrency.split(",")]
     ttft_lens = [int(n) for n in args.ttft.split(",") if n]
     max_len = max([args.prompt_len, *ttft_lens]) + args.tokens + 64
-    kw: dict[str, Any] = {}
-    if args.mode == "graphs":
-        kw["compilation_config"] = {"mode": 0, "cudagraph_mode": "FULL_AND_PIECEWISE"}
+    settings = engine_settings(args, max_len, max(concurrency))
     t0 = time.time()
-    llm, spec = shape_engine(
-        args.model,
-        args.shapes,
-        args.method,
-        args.k,
-        max_model_len=max_len,
-        max_num_seqs=max(concurrency),
-        gpu_memory_utilization=args.mem,
-        tensor_parallel_size=args.tp,
-        **kw,
-    )
+    built = build(settings)
+    llm, spec = built.llm, built.spec
     load_s = time.time() - t0
     cfg = llm.llm_engine.vllm_config
     runner = "v2" if cfg.use_v2_model_runner else "v1"
@@ -216,9 +212,15 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     def params(n: int) -> Any:
         return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
 
-    base = {"model": args.model, "method": args.method, "runner": runner, "run": args.run}
+    # the method without its K (rows keep k apart), as the report groups rows
+    base = {
+        "model": args.model,
+        "method": settings.method.without_k(),
+        "runner": runner,
+        "run": args.run,
+    }
     info = {
-        "k": args.k if spec else 0,
+        "k": built.k,
         "mode": args.mode,
         "load_s": round(load_s, 1),
         "async": cfg.scheduler_config.async_scheduling,
@@ -543,7 +545,8 @@ def report(rows: list[dict[str, Any]], acceptance_lengths: tuple[float, ...] = (
     return "\n".join(out)
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, its method strings checked before any engine starts."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("run", "all"):
@@ -553,13 +556,13 @@ def main() -> None:
             p.add_argument(
                 "--method",
                 required=True,
-                help="none, mtp or frozen_kv_mtp, optionally with plugin options: "
-                "frozen_kv_mtp:centroid_head=dense (several joined by '/')",
+                help="METHOD[:K][:OPTION=VALUE/...] (bench/method.py): none, mtp or "
+                "frozen_kv_mtp, e.g. frozen_kv_mtp:centroid_head=dense",
             )
         else:
             p.add_argument("--models", default="E4B")
-            p.add_argument("--methods", default=",".join(METHODS))
-        p.add_argument("--k", type=int, default=3)
+            p.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
+        p.add_argument("--k", type=int, default=3, help="k of a method string without K")
         p.add_argument("--tp", type=int, default=1)
         p.add_argument("--concurrency", default="1,8,32,128")
         p.add_argument("--prompt-len", type=int, default=128)
@@ -571,9 +574,10 @@ def main() -> None:
         )
         p.add_argument(
             "--mode",
-            choices=["default", "graphs"],
+            choices=MODES,
             default="default",
-            help="default: torch.compile + CUDA graphs; graphs: CUDA graphs only",
+            help="default: torch.compile + CUDA graphs; graphs: CUDA graphs only; eager: "
+            "neither (CPU smoke runs)",
         )
         p.add_argument(
             "--profile-at",
@@ -585,13 +589,26 @@ def main() -> None:
         )
         p.add_argument("--mem", type=float, default=0.85)
         p.add_argument("--shapes", default="models/shapes")
+        p.add_argument("--dtype", default="bfloat16")
+        # local smoke runs: a real small pair instead of the dummy shape
+        p.add_argument("--target", help="a local target dir instead of the dummy shape")
+        p.add_argument("--assistant", help="its assistant")
         p.add_argument("--out", default="bench/results/h200.jsonl")
         p.add_argument("--run", default="", help="label stored in each row (groups the report)")
     rp = sub.add_parser("report")
     rp.add_argument("jsonl")
     rp.add_argument("--json", help="write the rows as a JSON list here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.cmd != "report" and (args.target is None) != (args.assistant is None):
+        ap.error("--target and --assistant go together")
+    if args.cmd != "report":  # every method string checked before the first engine starts
+        for method in [args.method] if args.cmd == "run" else args.methods.split(","):
+            parse_method(method)
+    return args
 
+
+def main() -> None:
+    args = arguments()
     if args.cmd == "run":
         rows = run_one(args)
         with open(args.out, "a") as f:
@@ -616,10 +633,14 @@ def main() -> None:
                     "profile_ttft",
                     "mem",
                     "shapes",
+                    "dtype",
+                    "target",
+                    "assistant",
                     "out",
                     "run",
                 ):
-                    cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+                    if getattr(args, flag) is not None:
+                        cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
                 print("+", " ".join(cmd), flush=True)
                 subprocess.run(cmd, check=False)
     else:

@@ -16,16 +16,17 @@ accepted at the given unconditional per-position rates whatever the weights, so
 tokens/s is what real traffic with that acceptance would get. Profiles (cut to the
 k that runs): code (AL 5.37 at k = 7), chat, prose.
 
-One engine per process and per engine kind (``--engine``):
-  none            no speculation
-  mtp:K           upstream mtp, static k = K (the configs' k is 4)
-  mtp:sweep       upstream mtp under a dynamic schedule over 0..k_max; each row pins k
-                  for the whole run (vLLM's own per-step lookup), to find its best k per c
-  frozen:sweep    frozen_kv_mtp with num_speculative_tokens="auto" (one CUDA graph per
-                  batch bucket and k); rows pin k = 1..k_max as above, plus "auto" rows
-                  where the goodput policy chooses, plus rows under a batch-size schedule,
-                  plus rows that alternate two k (--pin 1/3): what changing k costs
-  frozen:K:OPT=V  frozen_kv_mtp static k = K with plugin options (e.g. target_softcap=vllm)
+One engine per process and per method (``--method``, bench/method.py's syntax; engines
+from bench/engine.py):
+  none                   no speculation
+  mtp:K                  upstream mtp, static k = K (the configs' k is 4)
+  mtp:sweep              upstream mtp under a dynamic schedule over 0..k_max; each row pins
+                         k for the whole run (vLLM's own per-step lookup), to find its best k
+  frozen_kv_mtp:sweep    num_speculative_tokens="auto" (one CUDA graph per batch bucket and
+                         k); rows pin k = 1..k_max as above, plus "auto" rows where the
+                         goodput policy chooses, plus rows under a batch-size schedule, plus
+                         rows that alternate two k (--pin 1/3): what changing k costs
+  frozen_kv_mtp:K:OPT=V  static k = K with plugin options (e.g. target_softcap=vllm)
 Synthetic rates are set in place between profiles (the rejection sampler's rate
 tensor), so one engine serves every profile.
 """
@@ -33,6 +34,7 @@ tensor), so one engine serves every profile.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -47,7 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import thread_cpu
+from bench.engine import ATTENTION, EngineSettings, build, draft_length
 from bench.host_phases import PHASES, HostPhases, host_table, ms_per_step, profile_run
+from bench.method import MethodError, parse, row_engine
 from bench.request_timing import ChunkClock, DraftTimer, draft_fields, latency_fields
 from bench.token_timing import Latencies
 
@@ -58,6 +62,10 @@ PROFILES: dict[str, list[float]] = {
     "chat": [0.84, 0.60, 0.39, 0.27, 0.18, 0.12, 0.08],
     "prose": [0.45, 0.20, 0.09, 0.04, 0.02, 0.01, 0.0],
 }
+#: ``all``'s engines
+DEFAULT_METHODS = "none,mtp:4,mtp:sweep,frozen_kv_mtp:sweep"
+#: the engine built for every k (its rows pin k, run vLLM's schedule or "auto")
+SWEEP_ENGINE = "frozen_kv_mtp:sweep"
 #: steps a fresh "auto" policy runs on a row's traffic before it is timed
 AUTO_WARMUP_STEPS = 300
 #: a batch-size schedule of the kind vLLM's docs suggest: deep drafts when the batch
@@ -79,99 +87,72 @@ FIELDS = (
 )
 
 
+def engine_settings(args: argparse.Namespace) -> EngineSettings:
+    """The factory's settings of a ``run``: the method, the shape (or ``--target`` and
+    ``--assistant``), synthetic acceptance at the chat profile unless ``--no-synthetic``
+    (each profile's rates are set in place between runs), and in ``--mode graphs`` CUDA
+    graphs of the batch sizes the runs use."""
+    conc = [int(c) for c in args.concurrency.split(",")]
+    settings = EngineSettings(
+        parse(args.method),
+        model=args.model,
+        shapes=args.shapes,
+        target=args.target,
+        assistant=args.assistant,
+        k_max=args.k_max,
+        synthetic_rates=None if args.no_synthetic else tuple(PROFILES["chat"]),
+        mode=args.mode,
+        attention=args.attention,
+        dtype=args.dtype,
+        max_model_len=args.prompt_len + args.tokens + 64,
+        max_num_seqs=max(conc),
+        gpu_memory_utilization=args.mem,
+        tensor_parallel_size=args.tp,
+    )
+    if args.mode == "graphs":
+        # Only the sizes the runs use: c x (k + 1) tokens for every k a row can take.
+        k_max = draft_length(settings)
+        sizes = {c * (k + 1) for c in conc for k in range(k_max + 1)}
+        settings = dataclasses.replace(settings, capture_sizes=tuple(sorted(sizes)))
+    return settings
+
+
+def without_flag(argv: list[str], name: str) -> list[str]:
+    """``argv`` without ``name`` and its value (``--name V`` or ``--name=V``)."""
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == name:
+            skip = True
+        elif not item.startswith(name + "="):
+            out.append(item)
+    return out
+
+
 class Engine:
     """One in-process engine and the handles a run needs."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        import torch
         import vllm
 
-        import vllm_frozen_kv_mtp
-
-        vllm_frozen_kv_mtp.register()  # the plugin may not be pip-installed on the host
-        from vllm import LLM
-
-        from devkit.fixtures.dummy import fill_dummy_token_ordering
-        from vllm_frozen_kv_mtp.draft_length.stand_in import graph_capture_schedule
-        from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
-
-        self.kind = args.engine
         self.vllm_version = vllm.__version__
-        import torch
-
         # the card: timings are compared only between rows of one device
         self.device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-        conc = [int(c) for c in args.concurrency.split(",")]
-        self.max_seqs = max(conc)
-        name, _, rest = self.kind.partition(":")
-        k_text, _, opts_text = rest.partition(":")
-        synthetic = not args.no_synthetic
-        if args.target:
-            target, assistant = args.target, args.assistant
-        else:
-            fill_dummy_token_ordering()
-            target, assistant = map(str, ensure_shape_pair(args.model, args.shapes))
-        spec: dict[str, Any] | None = None
-        self.sweep = k_text == "sweep"
-        self.k_max = args.k_max if self.sweep else (int(k_text) if k_text else 0)
-        if name != "none":
-            spec = {"model": assistant}
-            if name == "mtp":
-                spec["method"] = "mtp"
-                spec["num_speculative_tokens"] = self.k_max
-                if self.sweep:
-                    spec["num_speculative_tokens_per_batch_size"] = graph_capture_schedule(
-                        self.k_max
-                    )
-            else:
-                spec["method"] = "frozen_kv_mtp"
-                if self.sweep:
-                    spec["num_speculative_tokens"] = "auto"
-                    spec["max_num_speculative_tokens"] = self.k_max
-                else:
-                    spec["num_speculative_tokens"] = self.k_max
-                for item in filter(None, opts_text.split("/")):
-                    key, _, value = item.partition("=")
-                    spec[key] = value
-            if synthetic:
-                spec["rejection_sample_method"] = "synthetic"
-                spec["synthetic_acceptance_rates"] = PROFILES["chat"][: self.k_max]
-        self.method = {"none": "none", "mtp": "mtp"}.get(name, "frozen_kv_mtp")
-        self.options = opts_text
-        kw: dict[str, Any] = {}
-        if args.mode == "graphs":
-            # Only the sizes the runs use: c x (k + 1) tokens for every k a row can take.
-            sizes = sorted({c * (k + 1) for c in conc for k in range(self.k_max + 1)})
-            kw["compilation_config"] = {
-                "mode": 0,
-                "cudagraph_mode": "FULL_AND_PIECEWISE",
-                "cudagraph_capture_sizes": sizes,
-            }
-        else:
-            kw["enforce_eager"] = True
-        if args.attention != "default":
-            # FA4 is what Hopper gets by default where it is installed; TRITON_ATTN is what
-            # Ampere and Ada users get, and what a bundle without FA4 falls back to
-            kw["attention_config"] = (
-                {"backend": "FLASH_ATTN", "flash_attn_version": 4}
-                if args.attention == "FA4"
-                else {"backend": args.attention}
-            )
-        t0 = time.time()
-        self.llm = LLM(
-            model=target,
-            dtype=args.dtype,
-            seed=0,
-            load_format="dummy" if not args.target else "auto",
-            skip_tokenizer_init=not args.target,
-            disable_log_stats=False,
-            speculative_config=spec,
-            max_model_len=args.prompt_len + args.tokens + 64,
-            max_num_seqs=self.max_seqs,
-            gpu_memory_utilization=args.mem,
-            tensor_parallel_size=args.tp,
-            **kw,
-        )
-        self.load_s = time.time() - t0
+        settings = engine_settings(args)
+        built = build(settings)
+        self.llm = built.llm
+        spec = built.spec
+        #: the method string in the one spelling (the row's "engine")
+        self.kind = settings.method.text()
+        self.method = settings.method.name
+        self.options = settings.method.options_text
+        self.sweep = settings.method.sweep
+        self.k_max = built.k
+        self.max_seqs = settings.max_num_seqs
+        synthetic = settings.synthetic_rates is not None
+        self.load_s = built.load_s
         self.started = time.perf_counter()
         self.core = self.llm.llm_engine.engine_core.engine_core
         self.scheduler = self.core.scheduler
@@ -743,17 +724,13 @@ def set_synthetic_rates(worker: Any, rates: list[float]) -> bool:
 # ---- the report ------------------------------------------------------------------
 
 
-#: a method's name in ``--engine`` (frozen:4 is frozen_kv_mtp's static k=4 engine)
-ENGINE_NAME = {"frozen_kv_mtp": "frozen", "mtp": "mtp"}
-
-
 def best_static(rows: list[dict[str, Any]], method: str) -> dict[tuple[str, str, int], Any]:
     """(model, profile, c) -> the row of ``method``'s best fixed k: a k pinned in a sweep
     engine, or a static engine without options (upstream's sweep engine runs some steps
     without their CUDA graph, so its static k=4 engine can beat its pinned k=4)."""
     best: dict[tuple[str, str, int], Any] = {}
     for r in rows:
-        static = not r.get("options") and r.get("engine") == f"{ENGINE_NAME[method]}:{r['k']}"
+        static = not r.get("options") and row_engine(r) == f"{method}:{r['k']}"
         if r["method"] != method or not (r.get("pinned") or static):
             continue
         key = (r["model"], r["profile"], r["concurrency"])
@@ -884,7 +861,7 @@ def switching_table(rows: list[dict[str, Any]]) -> str:
 
 def variable_k_tax(rows: list[dict[str, Any]]) -> str:
     """Step time of a static k=4 engine (frozen_kv_mtp's if measured, else upstream mtp's)
-    next to k=4 and k=k_max pinned in the engine built for every k (frozen:sweep): what an
+    next to k=4 and k=k_max pinned in the engine built for every k (frozen_kv_mtp:sweep): what an
     engine that may change k pays."""
     rows = [r for r in rows if not r.get("temperature")]
 
@@ -892,15 +869,15 @@ def variable_k_tax(rows: list[dict[str, Any]]) -> str:
         return {
             (r["model"], r["profile"], r["concurrency"]): r
             for r in rows
-            if r.get("engine") == engine
+            if row_engine(r) == engine
             and r["k"] == k
-            and r.get("pinned") == (engine == "frozen:sweep")
+            and r.get("pinned") == (engine == SWEEP_ENGINE)
         }
 
-    static_engine = "frozen:4" if index("frozen:4", 4) else "mtp:4"
+    static_engine = "frozen_kv_mtp:4" if index("frozen_kv_mtp:4", 4) else "mtp:4"
     static = index(static_engine, 4)
-    k_max = max((r["k"] for r in rows if r.get("engine") == "frozen:sweep"), default=0)
-    pinned4, pinned_max = index("frozen:sweep", 4), index("frozen:sweep", k_max)
+    k_max = max((r["k"] for r in rows if row_engine(r) == SWEEP_ENGINE), default=0)
+    pinned4, pinned_max = index(SWEEP_ENGINE, 4), index(SWEEP_ENGINE, k_max)
     out = [
         f"| model | profile | c | {static_engine}, static engine | frozen k=4, variable-k engine "
         f"| frozen k={k_max}, variable-k engine |",
@@ -985,31 +962,42 @@ def add_workload_args(p: argparse.ArgumentParser, concurrency: str) -> None:
     )
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked as far as it can be before any engine starts (a bad
+    method, --pin, counts): argparse's exit with the fix otherwise."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("run", "all"):
         p = sub.add_parser(name)
         if name == "run":
             p.add_argument(
-                "--engine",
+                "--method",
+                "--engine",  # its older name
+                dest="method",
                 required=True,
-                help="none, mtp:4, mtp:sweep, frozen:sweep or frozen:4:target_softcap=vllm",
+                help="METHOD:K or METHOD:sweep[:OPTION=VALUE/...] (bench/method.py): none, "
+                "mtp:4, mtp:sweep, frozen_kv_mtp:sweep, frozen_kv_mtp:4:target_softcap=vllm",
             )
         else:
             p.add_argument(
-                "--engines", default="none,mtp:4,mtp:sweep,frozen:sweep", help="comma-separated"
+                "--methods",
+                "--engines",  # its older name
+                dest="methods",
+                default=DEFAULT_METHODS,
+                help="comma-separated",
             )
         add_workload_args(p, concurrency="1,8,32,128,256")
         p.add_argument("--k-max", type=int, default=7)
         p.add_argument(
-            "--policies", default="auto,schedule", help="frozen:sweep rows besides pinned k"
+            "--policies",
+            default="auto,schedule",
+            help="frozen_kv_mtp:sweep rows besides pinned k",
         )
         p.add_argument("--mode", choices=["graphs", "eager"], default="graphs")
         p.add_argument("--dtype", default="bfloat16")
         p.add_argument(
             "--attention",
-            choices=["default", "FA4", "TRITON_ATTN"],
+            choices=ATTENTION,
             default="default",
             help="attention backend: vLLM's choice, FA4 (FLASH_ATTN version 4) or TRITON_ATTN",
         )
@@ -1057,27 +1045,39 @@ def main() -> None:
         default="decode_tok_s",
         help="tok/s of whole runs, or of their steps that ran the full batch",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.cmd != "report" and args.pin and pin_max(args.pin) > args.k_max:
         ap.error(f"--pin {pin_max(args.pin)} is above --k-max {args.k_max}")
     if args.cmd != "report" and (args.repeats < 1 or args.min_tokens < 0):
         ap.error("--repeats must be >= 1 and --min-tokens >= 0")
     if args.cmd != "report" and args.tp < 1:
         ap.error("--tp must be >= 1")
+    if args.cmd != "report" and (args.target is None) != (args.assistant is None):
+        ap.error("--target and --assistant go together")
+    if args.cmd != "report":  # every method string checked before the first engine starts
+        for method in [args.method] if args.cmd == "run" else args.methods.split(","):
+            try:
+                draft_length(EngineSettings(parse(method), k_max=args.k_max))
+            except MethodError as e:
+                ap.error(f"--method: {e}")
+    return args
+
+
+def main() -> None:
+    args = arguments()
     if args.cmd == "run":
         run_engine(args)
     elif args.cmd == "all":
         flags = list(sys.argv[2:])
-        i = flags.index("--engines") if "--engines" in flags else -1
-        if i >= 0:
-            del flags[i : i + 2]
-        for engine in args.engines.split(","):
-            cmd = [sys.executable, "-m", "bench.gpu_tokens", "run", "--engine", engine, *flags]
+        for name in ("--methods", "--engines"):
+            flags = without_flag(flags, name)
+        for method in args.methods.split(","):
+            cmd = [sys.executable, "-m", "bench.gpu_tokens", "run", "--method", method, *flags]
             print("+", " ".join(cmd), flush=True)
             try:
                 subprocess.run(cmd, check=False, timeout=args.timeout)
             except subprocess.TimeoutExpired:
-                print(f"engine {engine} ran past {args.timeout} s", flush=True)
+                print(f"engine {method} ran past {args.timeout} s", flush=True)
     else:
         text = Path(args.jsonl).read_text()
         rows = (

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_tokens import PROFILES
+from bench.method import row_engine
 
 #: the fields of a peers.json row, in order
 FIELDS = (
@@ -139,7 +140,7 @@ def _vllm_method(row: dict[str, Any]) -> tuple[str, str] | None:
     """(peers method, what) for the gpu_tokens rows the comparison keeps: no
     speculation, upstream mtp k=4 (its static engine), frozen k=4 (the static engine,
     else k=4 pinned in the sweep engine) and frozen auto; None for the others."""
-    method, engine = row.get("method"), row.get("engine", "")
+    method, engine = row.get("method"), row_engine(row)
     if row.get("temperature"):
         return None
     if method == "none":
@@ -147,7 +148,7 @@ def _vllm_method(row: dict[str, Any]) -> tuple[str, str] | None:
     if method == "mtp" and row.get("k") == 4 and not row.get("pinned"):
         return "mtp", "vLLM mtp, k=4"
     if method == "frozen_kv_mtp" and row.get("k") == 4 and not row.get("options"):
-        if engine == "frozen:4":
+        if engine == "frozen_kv_mtp:4":
             return "frozen_kv_mtp", "frozen_kv_mtp, k=4"
         if row.get("pinned"):
             return "frozen_kv_mtp", "frozen_kv_mtp, k=4 pinned in the variable-k engine"
@@ -164,7 +165,7 @@ def vllm_peers(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     static4 = {
         (r.get("label"), r["model"], r["concurrency"], r["profile"])
         for r in rows
-        if r.get("engine") == "frozen:4" and not r.get("options")
+        if row_engine(r) == "frozen_kv_mtp:4" and not r.get("options")
     }
     out = []
     for r in rows:

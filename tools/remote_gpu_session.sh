@@ -6,7 +6,8 @@
 # file sourced first to set the environment up (default .gpu/part2/env.sh, if present).
 #
 #   bash tools/remote_gpu_session.sh start        # launch the plan, return at once
-#     (env: E4B_METHODS, e.g. "frozen_kv_mtp,frozen_kv_mtp:centroid_head=dense,mtp,none";
+#     (env: E4B_METHODS, method strings (bench/method.py) in run order, e.g.
+#      "frozen_kv_mtp,frozen_kv_mtp:centroid_head=dense,mtp,none";
 #      E4B_RUNNERS, "v2" (default) or "v2 v1" for the V1 runner as well;
 #      RUN, the label stored in the rows; V2_TESTS and V1_TESTS, pytest -k expressions; LATE_S)
 #   bash tools/remote_gpu_session.sh wait 560     # follow it up to 560 s; pack logs into

@@ -26,7 +26,11 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default="E4B")
-    ap.add_argument("--method", default="frozen_kv_mtp")
+    ap.add_argument(
+        "--method",
+        default="frozen_kv_mtp",
+        help="a method string (bench/method.py); k 3 unless given",
+    )
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--shapes", default="models/shapes")
@@ -36,19 +40,23 @@ def main() -> None:
     import torch
     from vllm import SamplingParams
 
-    from bench.gpu import random_prompts, shape_engine
+    from bench.engine import EngineSettings, build
+    from bench.gpu import parse_method, random_prompts
     from devkit.instrument import drafter
 
-    llm, _ = shape_engine(
-        args.model,
-        args.shapes,
-        args.method,
-        3,
+    settings = EngineSettings(
+        parse_method(args.method),
+        model=args.model,
+        shapes=args.shapes,
+        default_k=3,
+        allow_sweep=False,
+        # graphs: as production runs it, torch.compile + CUDA graphs (vLLM's default)
+        mode="eager" if args.mode == "eager" else "default",
         max_model_len=1024,
         max_num_seqs=args.concurrency,
         gpu_memory_utilization=0.85 if args.model == "31B" else 0.5,  # 62 GB of 31B weights
-        enforce_eager=args.mode == "eager",
     )
+    llm = build(settings).llm
     d = drafter(llm)
     original = d.propose
     state: dict[str, Any] = {"left": 0, "events": [], "host_ms": []}

@@ -117,12 +117,16 @@ def test_heads_sweep_shapes_are_parsed_or_refused_early() -> None:
 
 
 def test_method_options_convert_integers_and_booleans() -> None:
-    method, options = parse_method(
+    spec = parse_method(
         "frozen_kv_mtp:centroid_head=fused/kv_guard=false/sliding_split_kv_max_rows=-1"
     )
-    assert method == "frozen_kv_mtp"
-    assert options == {"centroid_head": "fused", "kv_guard": False, "sliding_split_kv_max_rows": -1}
-    assert parse_method("frozen_kv_mtp:sliding_split_kv_max_rows=8")[1] == {
+    assert spec.name == "frozen_kv_mtp" and spec.k is None
+    assert spec.options == {
+        "centroid_head": "fused",
+        "kv_guard": False,
+        "sliding_split_kv_max_rows": -1,
+    }
+    assert parse_method("frozen_kv_mtp:sliding_split_kv_max_rows=8").options == {
         "sliding_split_kv_max_rows": 8
     }
     with pytest.raises(SystemExit, match="unknown method"):
