@@ -200,22 +200,40 @@ def shape_dirs(args: argparse.Namespace) -> tuple[str, str]:
     return str(for_sglang(Path(t))), str(for_sglang(Path(a)))
 
 
+def sglang_text_config(text: dict[str, Any]) -> dict[str, Any]:
+    """A Gemma 4 text config in SGLang's naming: base keys for the full-attention layers,
+    ``swa_*`` keys for the sliding ones. transformers (and the hub) name it the other way
+    round (base keys sliding, ``global_*`` full). SGLang 0.5.17 renames on load only for the
+    hub's wrapped configs (``model_type`` gemma4 or gemma4_assistant, in
+    ``HfModelConfigParser``); a text-only ``gemma4_text`` config reaches its KV-cache
+    configurator and ``Gemma4ForCausalLM`` unrenamed. This is the same renaming."""
+    out = dict(text)
+    out["swa_head_dim"] = out["swa_v_head_dim"] = text["head_dim"]
+    out["swa_num_key_value_heads"] = text["num_key_value_heads"]
+    out["head_dim"] = out["v_head_dim"] = text["global_head_dim"]
+    if text.get("num_global_key_value_heads") is not None:
+        out["num_key_value_heads"] = text["num_global_key_value_heads"]
+    return out
+
+
 def for_sglang(src: Path) -> Path:
-    """A copy of a shape directory beside it (``<dir>-sglang``) whose text config names
-    ``swa_num_key_value_heads``. SGLang 0.5.17 builds Gemma 4's sliding-window KV pool
-    from that key, which neither transformers' ``Gemma4TextConfig`` nor the hub's
-    config.json has; on a config without it the engine dies allocating its KV cache. Its
-    own Gemma 4 layers read the key with ``num_key_value_heads`` as the default (the
-    sliding layers' KV heads), and so does this copy."""
+    """The directory SGLang loads for a shape directory. A text-only target
+    (``Gemma4ForCausalLM``, ``gemma4_text``) gets a copy beside it (``<dir>-sglang``) whose
+    config is in SGLang's naming (``sglang_text_config``). Unrenamed, SGLang builds the
+    full-attention layers and their KV cache with the sliding layers' head size and KV heads
+    (256 and 16 on 31B where the checkpoint has 512 and 4), the assistant (which SGLang
+    does rename) then reads that cache with the real sizes, and building the sliding-window
+    KV pool fails on the missing ``swa_num_key_value_heads``. A wrapped config (the assistant's
+    ``text_config``) is returned as it is: SGLang renames it itself."""
+    cfg = json.loads((src / "config.json").read_text())
+    if "text_config" in cfg:
+        return src
     dst = src.with_name(src.name + "-sglang")
     dst.mkdir(parents=True, exist_ok=True)
     for f in src.iterdir():
         if f.is_file() and f.name != "config.json":
             (dst / f.name).write_bytes(f.read_bytes())
-    cfg = json.loads((src / "config.json").read_text())
-    text = cfg.get("text_config", cfg)
-    text.setdefault("swa_num_key_value_heads", text["num_key_value_heads"])
-    (dst / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    (dst / "config.json").write_text(json.dumps(sglang_text_config(cfg), indent=1) + "\n")
     return dst
 
 

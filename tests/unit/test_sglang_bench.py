@@ -155,7 +155,8 @@ def test_plan_has_one_engine_per_setting_with_every_profile(tmp_path: Path) -> N
     assert engines[1]["profiles"] == {"code": 4.0, "chat": 3.1, "prose": 1.78}
     target = engines[1]["engine"]["model_path"]
     assert target.endswith("gemma-4-31B-it-shape-sglang") and Path(target, "config.json").exists()
-    assert engines[1]["engine"]["speculative_draft_model_path"].endswith("assistant-shape-sglang")
+    # SGLang renames the assistant's wrapped config itself
+    assert engines[1]["engine"]["speculative_draft_model_path"].endswith("assistant-shape")
     # warm-up + repeats_at(c) timed batches per profile and concurrency
     want = sum(3 * (1 + gpu_tokens.repeats_at(c, 3, 1024, 128)) for c in (1, 8, 32, 128))
     assert engines[1]["batch_runs"] == want
@@ -554,17 +555,37 @@ def test_vllm_peers_carry_the_latency_fields_gpu_tokens_records() -> None:
     assert (peer["ttft_p50_ms"], peer["itl_p50_ms"], peer["itl_p90_ms"]) == (21.5, 4.25, 5.5)
 
 
-def test_sglang_copy_of_a_shape_names_the_sliding_kv_heads(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "size, full, sliding",
+    [
+        ("E2B", (512, 1), (256, 1)),
+        ("E4B", (512, 2), (256, 2)),
+        ("26B-A4B", (512, 2), (256, 8)),
+        ("31B", (512, 4), (256, 16)),
+    ],
+)
+def test_sglang_copy_of_a_target_names_full_layers_plain_and_sliding_layers_swa(
+    tmp_path: Path, size: str, full: tuple[int, int], sliding: tuple[int, int]
+) -> None:
+    """(head size, KV heads) of the full-attention and the sliding layers, as the
+    checkpoints have them, in SGLang's naming."""
     from bench.sglang_tokens import for_sglang
     from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
 
-    target, assistant = ensure_shape_pair("31B", str(tmp_path))
+    target, assistant = ensure_shape_pair(size, str(tmp_path))
     copy = for_sglang(Path(target))
-    cfg = json.loads((copy / "config.json").read_text())
-    text = cfg.get("text_config", cfg)
-    assert text["swa_num_key_value_heads"] == text["num_key_value_heads"]
     assert copy.name.endswith("-sglang") and copy.parent == Path(target).parent
-    # the original stays as vLLM reads it
+    cfg = json.loads((copy / "config.json").read_text())
+    assert (cfg["head_dim"], cfg["num_key_value_heads"]) == full
+    assert cfg["v_head_dim"] == full[0]
+    assert (cfg["swa_head_dim"], cfg["swa_num_key_value_heads"]) == sliding
+    assert cfg["swa_v_head_dim"] == sliding[0]
+    assert cfg["architectures"] == ["Gemma4ForCausalLM"] and cfg["model_type"] == "gemma4_text"
+    # the original stays as vLLM reads it (transformers' naming), and a second call
+    # renames that original again rather than the copy
     orig = json.loads((Path(target) / "config.json").read_text())
-    assert "swa_num_key_value_heads" not in orig.get("text_config", orig)
-    assert for_sglang(Path(assistant)).exists()
+    assert (orig["head_dim"], orig["num_key_value_heads"]) == sliding
+    assert not any(k.startswith("swa_") for k in orig)
+    assert json.loads((for_sglang(Path(target)) / "config.json").read_text()) == cfg
+    # SGLang renames the assistant's wrapped text_config itself: no copy
+    assert for_sglang(Path(assistant)) == Path(assistant)

@@ -21,6 +21,7 @@ _PROPS = types.SimpleNamespace(
     L2_cache_size=50 << 20,
     warp_size=32,
     uuid="fake",
+    is_integrated=False,
 )
 
 

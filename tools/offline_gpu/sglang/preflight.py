@@ -7,11 +7,16 @@ fake_hopper makes torch report one sm_90 GPU, so SGLang takes its CUDA import br
 
 Checks: sgl_kernel's sm90 library loads on this torch (its ABI) without the dropped
 libraries and registers the ops FROZEN_KV_MTP verifies with; every module on the
-Engine -> scheduler -> Gemma 4 -> FROZEN_KV_MTP -> triton path imports; the shape
-configs parse with the bundled transformers and resolve to SGLang's Gemma 4 classes;
-ServerArgs accepts every engine bench.sglang_tokens plans (every model, chain steps
-1-7, the tree) and builds their target and draft model configs; the benchmark's plugin
-is found by a spawned process and its RPC moves the global EAGLE's verify reads; the
+Engine -> scheduler -> Gemma 4 -> FROZEN_KV_MTP -> triton path imports; sgl_kernel keeps off
+FlashInfer's kernels (not bundled); the shape configs parse with the bundled transformers,
+resolve to SGLang's Gemma 4 classes, and the targets' SGLang copies read as SGLang renames
+a hub checkpoint's config; ServerArgs accepts every engine bench.sglang_tokens plans (every
+model, chain steps 1-7, the tree) and builds their target and draft model configs; the
+scheduler of each engine in ENGINES starts on a faked H100 (engine_check.py: model load,
+KV pools, FROZEN_KV_MTP's KV binding, attention backends, the warm-up forwards of every
+CUDA graph capture; each layer's KV buffer fits it; no FlashInfer kernel, no default taken
+for a Gemma 4 config key, and with ``--jit`` every JIT kernel prebuilt); the benchmark's
+plugin is found by a spawned process and its RPC moves the global EAGLE's verify reads; the
 patched TokenizerManager hook attaches.
 """
 
@@ -90,6 +95,15 @@ def cuda_branches() -> None:
     assert hasattr(sampler, "top_k_top_p_sampling_from_probs"), "sampler took no CUDA branch"
 
 
+def no_flashinfer_kernels() -> None:
+    """sgl_kernel sends its norms and sampling to FlashInfer's JIT kernels when FlashInfer
+    imports; the bundle has no FlashInfer kernel sources (prep_sglang.sh patches that off)."""
+    from sgl_kernel import elementwise, sampling
+
+    on = [m.__name__ for m in (elementwise, sampling) if m._has_flashinfer]
+    assert not on, f"{on} would build FlashInfer kernels, whose sources are not bundled"
+
+
 def verify_reads_global() -> None:
     """The RPC works only if EAGLE's verify imports SIMULATE_ACC_LEN at call time and
     FROZEN_KV_MTP verifies through it."""
@@ -103,16 +117,41 @@ def verify_reads_global() -> None:
 
 
 def configs(shapes: Path) -> None:
+    import json
+
     from sglang.srt.models.registry import ModelRegistry
     from sglang.srt.utils.hf_transformers_utils import get_config
 
-    from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair
+    from bench.sglang_tokens import for_sglang
+    from vllm_frozen_kv_mtp.frontend.published_sizes import ensure_shape_pair, shape
 
+    keys = (
+        "head_dim",
+        "v_head_dim",
+        "num_key_value_heads",
+        "swa_head_dim",
+        "swa_v_head_dim",
+        "swa_num_key_value_heads",
+    )
     for size in ("E4B", "31B", "26B-A4B"):
-        for d in ensure_shape_pair(size, shapes):
+        for d in map(for_sglang, ensure_shape_pair(size, shapes)):
             cfg = get_config(str(d), trust_remote_code=False)
             cls, _ = ModelRegistry.resolve_model_cls(cfg.architectures)
             print(f"      {size} {d.name}: {type(cfg).__name__} -> {cls.__name__}")
+        # SGLang renames a hub checkpoint's (wrapped) text config on load; the target's
+        # SGLang copy must read as that renamed config does
+        hub = shapes / f"hub-{size}"
+        hub.mkdir(exist_ok=True)
+        text = dict(shape(size).target, architectures=None)
+        wrapped = dict(
+            architectures=["Gemma4ForConditionalGeneration"], model_type="gemma4", text_config=text
+        )
+        (hub / "config.json").write_text(json.dumps(wrapped))
+        want = get_config(str(hub), trust_remote_code=False).text_config
+        got = get_config(str(for_sglang(ensure_shape_pair(size, shapes)[0])), False)
+        diff = {k: (getattr(got, k, None), getattr(want, k)) for k in keys}
+        diff = {k: v for k, v in diff.items() if v[0] != v[1]}
+        assert not diff, f"{size}: the SGLang copy differs from SGLang's renaming: {diff}"
 
 
 def server_args(shapes: Path) -> None:
@@ -150,81 +189,86 @@ def server_args(shapes: Path) -> None:
         print(f"      {size}: ServerArgs accepts {len(st.plan(args))} engines")
 
 
-def _models_child(q, shapes: str) -> None:  # type: ignore[no-untyped-def]
-    """Build each target and assistant with SGLang's own classes on the meta device (no
-    memory, no kernels) and map the assistant's layers onto the target's KV owners, as
-    FROZEN_KV_MTP does at start. Runs in a process of its own: it sets up a one-rank
-    gloo "TP group", whose buffers SGLang would put on the (faked) GPU, so the tensor
-    factories are pointed at the CPU while it does."""
+#: the engine starts checked: every setting kind on E4B (chain:1 captures no draft graph),
+#: the planned ones on the larger targets
+ENGINES = (
+    ("E4B", "none,chain:1,chain:4,chain:7,tree:3:12:5"),
+    ("31B", "chain:4,tree:3:12:5"),
+    ("26B-A4B", "chain:4,tree:3:12:5"),
+)
+
+
+def _engine_child(q, size: str, engine: dict, env: dict, jit: str | None) -> None:  # type: ignore[type-arg]
     import os
 
-    import torch
-    from sglang.srt.configs.load_config import LoadConfig
-    from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.distributed import parallel_state as ps
-    from sglang.srt.model_loader.loader import _initialize_model
-    from sglang.srt.model_loader.utils import get_model_architecture
-    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+    import engine_check
 
+    q.put(engine_check.start(size, engine, env, jit))
+    q.close()
+    q.join_thread()
+    os._exit(0)  # the scheduler's threads and sockets need no orderly shutdown here
+
+
+def _result(q, p, timeout: float = 900.0):  # type: ignore[no-untyped-def]
+    """The child's report, or None once it has died without one."""
+    import queue
+
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            r = q.get(timeout=5)
+            p.join()
+            return r
+        except queue.Empty:
+            if not p.is_alive():
+                return None
+    p.kill()
+    return None
+
+
+def engines(shapes: Path, jit: str | None) -> None:
+    """Each planned engine's scheduler start on the faked GPU (engine_check.py), one
+    process each."""
     from bench import sglang_tokens as st
 
-    factories = {n: getattr(torch, n) for n in ("ones", "zeros", "empty", "tensor", "full")}
-
-    def on_cpu(fn):  # type: ignore[no-untyped-def]
-        def f(*a, device=None, **k):  # type: ignore[no-untyped-def]
-            return fn(
-                *a, device="cpu" if device is not None and "cuda" in str(device) else device, **k
-            )
-
-        return f
-
-    out = []
-    for i, size in enumerate(("E4B", "31B", "26B-A4B")):
-        args = st.main_parser().parse_args(
-            ["all", "--model", size, "--shapes", shapes, "--settings", "chain:4"]
-        )
-        sa = ServerArgs(**st.plan(args)[0]["engine"])
-        set_global_server_args_for_scheduler(sa)
-        if i == 0:
-            for n, fn in factories.items():
-                setattr(torch, n, on_cpu(fn))
-            port = 29500 + os.getpid() % 1000
-            ps.init_distributed_environment(
-                backend="gloo",
-                world_size=1,
-                rank=0,
-                local_rank=0,
-                distributed_init_method=f"tcp://127.0.0.1:{port}",
-            )
-            ps.initialize_model_parallel(tensor_model_parallel_size=1)
-            for n, fn in factories.items():
-                setattr(torch, n, fn)
-        target_cfg = ModelConfig.from_server_args(sa)
-        draft_cfg = ModelConfig.from_server_args(
-            sa, model_path=sa.speculative_draft_model_path, is_draft_model=True
-        )
-        get_model_architecture(target_cfg)  # imports every model module, off the meta device
-        with torch.device("meta"):
-            target = _initialize_model(target_cfg, LoadConfig(load_format="dummy"))
-            assistant = _initialize_model(draft_cfg, LoadConfig(load_format="dummy"))
-        ctx = assistant.build_frozen_kv_mtp_context(target, None)
-        params = sum(p.numel() for p in target.parameters()) / 1e9
-        out.append(
-            f"{size}: {type(target).__name__} {params:.2f}B params, "
-            f"{type(assistant).__name__} reads target layers {ctx.physical_layer_ids}"
-        )
-    q.put(out)
-
-
-def models(shapes: Path) -> None:
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=_models_child, args=(q, str(shapes)))
-    p.start()
-    lines = q.get(timeout=900)
-    p.join()
-    for line in lines:
-        print(f"      {line}")
+    problems = []
+    for size, settings in ENGINES:
+        args = st.main_parser().parse_args(
+            ["all", "--model", size, "--shapes", str(shapes), "--settings", settings]
+        )
+        for e in st.plan(args):
+            q = ctx.Queue()
+            p = ctx.Process(target=_engine_child, args=(q, size, e["engine"], e["env"], jit))
+            p.start()
+            name = f"{size} {e['setting']}"
+            r = _result(q, p)
+            if r is None:
+                problems.append(f"{name}: the process died (exit code {p.exitcode})")
+                continue
+            weights = [
+                ln.split("mem usage=")[1].rstrip(".") for ln in r["log"] if "Load weight end" in ln
+            ]
+            pool = next((ln for ln in r["log"] if "full_layer_tokens" in ln), "")
+            jit_names = sorted(k.removeprefix("sgl_kernel_jit_") for k in r["jit"])
+            print(
+                f"      {name}: {r['seconds']:.0f} s, weights {' + '.join(weights)}, "
+                f"{pool.split('. ', 1)[-1]}, KV owners {r.get('owners', '-')}, "
+                f"JIT {jit_names}",
+                flush=True,
+            )
+            if r["error"]:
+                problems.append(f"{name}: {r['error']}")
+            problems += [f"{name}: {k}" for k in r["kv"]]
+            problems += [f"{name}: FlashInfer kernel {k} (not bundled)" for k in r["flashinfer"]]
+            problems += [f"{name}: SGLang took a default for {k}" for k in r["defaulted"]]
+            if jit is not None:
+                problems += [
+                    f"{name}: JIT kernel {k} not prebuilt" for k, ok in r["jit"].items() if not ok
+                ]
+            if r["ops"]:
+                print(f"        stood in for (no meta kernel): {', '.join(r['ops'])}")
+    assert not problems, "\n".join(problems)
 
 
 def _plugin_child(q) -> None:  # type: ignore[no-untyped-def]
@@ -270,6 +314,11 @@ def recorder() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shapes", default=tempfile.mkdtemp(prefix="shapes-"))
+    ap.add_argument(
+        "--jit",
+        help="the prebuilt JIT kernels (prebuild_jit.py's OUT_DIR): every kernel an engine "
+        "asks for must be there (default: list them only)",
+    )
     args = ap.parse_args()
     shapes = Path(args.shapes)
     check("sgl_kernel sm90 library on this torch, ops registered", sgl_kernel_ops)
@@ -277,11 +326,19 @@ def main() -> None:
         check(f"import {m}", importlib.import_module, m)
     check("SGLang takes its CUDA branches", cuda_branches)
     check(
+        "sgl_kernel uses its own norm and sampling kernels, not FlashInfer's", no_flashinfer_kernels
+    )
+    check(
         "EAGLE verify reads SIMULATE_ACC_LEN per call; FROZEN_KV_MTP uses it", verify_reads_global
     )
     check("shape configs parse and resolve to SGLang's Gemma 4 classes", configs, shapes)
     check("ServerArgs and the model configs of every planned engine", server_args, shapes)
-    check("SGLang's Gemma 4 classes build every target and assistant (meta device)", models, shapes)
+    check(
+        "every planned engine's scheduler starts on a faked H100 (meta tensors, stub kernels)",
+        engines,
+        shapes,
+        args.jit,
+    )
     check("plugin found by a spawned process; its RPC sets the simulated AL", plugin)
     check("output recorder attaches to TokenizerManager", recorder)
     print(f"preflight: {len(failures)} failure(s)" + (f": {failures}" if failures else ""))

@@ -9,12 +9,13 @@
 # Writes OUT_DIR/sgla, OUT_DIR/sglb, ...: each holds one chunk of sglsite.tar.xz, the manifest and
 # the host scripts (host/*), and stays under PART_MAX_MIB. The archive unpacks to /tmp/sglsite:
 #   sglang 0.5.17 (the cp312 wheel, unpacked; three optional Rust/gRPC extensions dropped, one
-#     import patched), sglang-kernel 0.4.5 (sm90 library only), flashinfer-python (Python only),
+#     import patched), sglang-kernel 0.4.5 (sm90 library only; kept off FlashInfer's kernels),
+#     flashinfer-python (Python only),
 #     transformers 5.12.1 (SGLang's pin; the image's 5.17 stays for vLLM) and every other
 #     dependency the engine imports that the image lacks;
 #   jit/: SGLang's JIT CUDA kernels prebuilt for sm_90a (prebuild_jit.py), if nvcc is here.
-# Steps 4-5 check the bundle on this machine (preflight.py, prebuild_jit.py) with the host's
-# torch, faking one Hopper GPU.
+# Steps 4-5 check the bundle on this machine (prebuild_jit.py, then preflight.py, which starts
+# every planned engine's scheduler on a faked H100) with the host's torch.
 # Settings (environment): PY312, SGLANG_VER (0.5.17), KERNEL_VER (0.4.5), FLASHINFER_VER
 # (0.6.15.post1), TORCH_VER / TRITON_VER / TORCHVISION_VER / TORCHAUDIO_VER (the image's; only
 # resolved as metadata stubs, never packed), TORCH_PY (a Python 3.12 with torch==TORCH_VER for
@@ -112,10 +113,22 @@ s = s.replace(old, "try:  # offline recipe: IPython is not bundled; only noteboo
                    "    HTML = display = None\n")
 open(p, "w").write(s)
 EOF
+# sgl_kernel sends its norms (and top-k/top-p renorm) to FlashInfer's JIT kernels whenever
+# flashinfer imports; their sources (flashinfer/data) are not packed, so it keeps to its own.
+for f in "$S/sgl_kernel/elementwise.py" "$S/sgl_kernel/sampling.py"; do
+  "$PY" - "$f" <<'EOF'
+import sys
+p = sys.argv[1]; s = open(p).read()
+old = "    _has_flashinfer = True\n"
+assert s.count(old) == 1, f"{p}: FlashInfer switch not found"
+open(p, "w").write(s.replace(old, "    _has_flashinfer = False  # offline recipe: FlashInfer's kernel sources are not packed\n"))
+EOF
+done
 echo "site: $(du -sh "$S" | cut -f1) unpacked"
 
-# 4-5. Checks with the host's torch on this CPU machine: a stub libcuda.so.1 (the driver symbols
-#      sgl_kernel references) lets its sm90 library load; fake_hopper.py reports an sm_90 GPU.
+# 4-5. Checks with the host's torch on this CPU machine (the JIT kernels' build, then
+#      preflight.py): a stub libcuda.so.1 (the driver symbols sgl_kernel references) lets its
+#      sm90 library load; fake_hopper.py reports an sm_90 GPU.
 if [ "$PREFLIGHT" != 0 ]; then
   if [ -z "${TORCH_PY:-}" ]; then
     test -x "$W/venv/bin/python" || "$PY" -m venv "$W/venv"
@@ -133,7 +146,6 @@ if [ "$PREFLIGHT" != 0 ]; then
   NVLIB=$("$TORCH_PY" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))')
   # SGLANG_IS_FLASHINFER_AVAILABLE: as env_sglang.sh sets it on the host
   run_cpu() { (cd "$W" && SGLANG_IS_FLASHINFER_AVAILABLE=false LD_LIBRARY_PATH="$W/stubcuda:$NVLIB" PYTHONPATH="$S:$REPO" HF_HUB_OFFLINE=1 "$TORCH_PY" "$@"); }
-  run_cpu "$HERE/preflight.py" --shapes "$W/shapes"
   JIT=${JIT:-auto}
   # a CUDA toolkit root (bin/nvcc and include/cuda_runtime.h): tvm-ffi builds with $CUDA_HOME
   NVCC=$(command -v nvcc || true)
@@ -151,6 +163,8 @@ if [ "$PREFLIGHT" != 0 ]; then
   else
     echo "no nvcc here: JIT kernels not prebuilt (the host compiles them, if it has nvcc)"
   fi
+  # with the prebuilt kernels: every one an engine start asks for must be among them
+  run_cpu "$HERE/preflight.py" --shapes "$W/shapes" $([ "$JIT" = 1 ] && echo --jit "$W/jit")
 fi
 
 # 6. Pack, split into equal chunks of at most PART_MAX_MIB, one per part folder.

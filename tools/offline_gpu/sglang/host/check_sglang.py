@@ -1,7 +1,8 @@
 """SGLang check on the GPU host (setup_sglang.sh runs it; env_sglang.sh sourced): versions
 and where they come from, sgl_kernel's sm90 library on the image's torch, the modules the
-FROZEN_KV_MTP benchmark path imports, the JIT kernels (prebuilt or compilable), and
-(SGL_SMOKE=1, default) one sgl_kernel op and one JIT op on the GPU against PyTorch."""
+FROZEN_KV_MTP benchmark path imports, sgl_kernel kept off FlashInfer's kernels, the JIT
+kernels (prebuilt or compilable), and (SGL_SMOKE=1, default) two sgl_kernel ops (gelu-and-mul,
+RMSNorm) and one JIT op on the GPU against PyTorch."""
 
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ lib = Path(sgl_kernel.common_ops.__file__)
 print(f"sgl_kernel {sgl_kernel.__version__}: {lib.parent.name}/{lib.name}")
 if lib.parent.name != "sm90":
     problems.append(f"sgl_kernel loaded {lib}, expected sm90/common_ops (a Hopper GPU)")
+from sgl_kernel import elementwise as _sgl_elementwise  # noqa: E402
+
+if _sgl_elementwise._has_flashinfer:
+    problems.append(
+        "sgl_kernel sends RMSNorm to FlashInfer's JIT kernels, whose sources are not bundled: "
+        "this bundle predates the patch in prep_sglang.sh; build it again"
+    )
 
 for m in PATH_MODULES:
     try:
@@ -93,6 +101,16 @@ if os.environ.get("SGL_SMOKE", "1") != "0":
     print(f"sgl_kernel gelu_tanh_and_mul: rel err {err:.1e}")
     if err > 2e-2:
         problems.append(f"sgl_kernel gelu_tanh_and_mul rel err {err}")
+    # RMSNorm as every Gemma 4 layer calls it (sgl_kernel's own kernel, not FlashInfer's)
+    h = torch.randn(64, 2560, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2560, device="cuda", dtype=torch.bfloat16)
+    hf = h.float()
+    ref_norm = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
+    out = sgl_kernel.rmsnorm(h, w, 1e-6)
+    err = ((out.float() - ref_norm).norm() / ref_norm.norm()).item()
+    print(f"sgl_kernel rmsnorm: rel err {err:.1e}")
+    if err > 2e-2:
+        problems.append(f"sgl_kernel rmsnorm rel err {err}")
     from sglang.srt.layers.activation import gelu_tanh_and_mul  # the JIT kernel when aligned
 
     t = time.time()
