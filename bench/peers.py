@@ -263,8 +263,63 @@ def report(peers: list[dict[str, Any]]) -> str:
                 f"| {model} | {c} | {profile} | {tok(none.get(('vllm', model, c)))} | "
                 f"{tok(none.get(('sglang', model, c)))} | {a_cell} | {b_cell} | {ratio} |"
             )
+        out += ["", *same_chain(rows)]
         runs = sorted({_run(p) for p in rows} - {""})
         if runs:
             out += ["", "Runs: " + ", ".join(runs)]
         tables.append("\n".join(out))
     return "\n\n".join(tables)
+
+
+def _timing(p: dict[str, Any] | None) -> str:
+    """ "tok/s · ITL p50/p90 · TTFT" of one peers row."""
+    if p is None:
+        return "-"
+
+    def ms(v: Any) -> str:
+        return f"{v:.1f}" if isinstance(v, int | float) else "?"
+
+    return (
+        f"{p['decode_tok_s']:.0f} · {ms(p.get('itl_p50_ms'))}/{ms(p.get('itl_p90_ms'))} · "
+        f"{ms(p.get('ttft_p50_ms'))}"
+    )
+
+
+def same_chain(rows: list[dict[str, Any]], k: int = 4) -> list[str]:
+    """Markdown lines: the three engines that draft one chain of ``k`` at the same
+    acceptance (frozen_kv_mtp's static engine, vLLM's mtp, SGLang's FROZEN_KV_MTP at
+    topk 1), with decode tok/s, inter-token latency p50/p90 and TTFT p50 (ms) each,
+    and the measured AL; one card's rows only. Empty where no SGLang chain of k ran."""
+    cells: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    for p in rows:
+        if p.get("k") != k or p.get("topk") != 1:
+            continue
+        who = {"vllm": {"frozen_kv_mtp": "ours", "mtp": "mtp"}, "sglang": {"frozen_kv_mtp": "sgl"}}
+        name = who.get(p["engine"], {}).get(p["method"])
+        if name:
+            cells.setdefault((p["model"], p["concurrency"], p["profile"]), {})[name] = p
+    if not any("sgl" in v for v in cells.values()):
+        return []
+    backends = sorted({str(p.get("attention")) for v in cells.values() for p in v.values()})
+    out = [
+        f"One chain of {k} at the same acceptance; each cell: decode tok/s · ITL p50/p90 (ms) "
+        f"· TTFT p50 (ms); attention: {', '.join(backends)}.",
+        "",
+        f"| model | c | profile | AL (ours / SGLang) | frozen_kv_mtp k={k} | vLLM mtp k={k} "
+        f"| SGLang chain k={k} | ours / SGLang |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(cells, key=lambda x: (x[0], x[1], x[2])):
+        v = cells[key]
+        ours, sgl = v.get("ours"), v.get("sgl")
+
+        def al(p: dict[str, Any] | None) -> str:
+            m = p.get("mean_acceptance_length") if p else None
+            return f"{m:.2f}" if isinstance(m, int | float) else "-"
+
+        ratio = f"{ours['decode_tok_s'] / sgl['decode_tok_s']:.2f}" if ours and sgl else "-"
+        out.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {al(ours)} / {al(sgl)} | {_timing(ours)} | "
+            f"{_timing(v.get('mtp'))} | {_timing(sgl)} | {ratio} |"
+        )
+    return out

@@ -449,6 +449,13 @@ def measured_al(metas: list[dict[str, Any]]) -> tuple[int, int]:
     return decoded, rounds
 
 
+def acceptance_length(decoded: int, rounds: int) -> float:
+    """Tokens per verify round: a round commits its accepted drafts and the bonus token,
+    so this is the AL itself, the quantity vLLM's ``1 + accepted / drafts`` counts and
+    SGLang's SIMULATE_ACC_LEN sets (1.0: only the bonus token)."""
+    return round(decoded / rounds, 3) if rounds else 1.0
+
+
 def row_for(
     eng: SGLangEngine,
     args: argparse.Namespace,
@@ -482,7 +489,7 @@ def row_for(
         "concurrency": c,
         "profile": profile,
         "acceptance_length_set": s.acc_len(profile) if profile != "-" else None,
-        "mean_acceptance_length": round(1 + decoded / rounds, 3) if rounds else 1.0,
+        "mean_acceptance_length": acceptance_length(decoded, rounds),
         # SGLang's own per-request accept length (completion tokens / verify rounds)
         "sglang_accept_length": round(statistics.mean(sgl_al), 3) if sgl_al else None,
         "decode_tok_s": round(rate, 1),

@@ -23,6 +23,7 @@ from bench.peers import (
     peer_row,
     read_rows,
     report,
+    same_chain,
     sglang_peers,
     tree_al,
     vllm_peers,
@@ -35,6 +36,7 @@ from bench.sglang_hooks import (
 )
 from bench.sglang_tokens import (
     Setting,
+    acceptance_length,
     all_flags,
     engine_env,
     engine_kwargs,
@@ -279,6 +281,9 @@ def test_measured_al_counts_verify_rounds_after_the_prefill_token() -> None:
     ]
     assert measured_al(metas) == (254, 84)
     assert measured_al([{"completion_tokens": 128}]) == (127, 0)
+    # 127 tokens after the prefill token in 32 rounds: about 4 a round, not 5
+    assert acceptance_length(127, 32) == pytest.approx(3.969)
+    assert acceptance_length(127, 0) == 1.0
 
 
 # ---- the plugin -------------------------------------------------------------------
@@ -449,6 +454,37 @@ def test_report_sets_our_auto_beside_the_best_sglang_setting() -> None:
     assert "### NVIDIA H200" in text and "Runs: h200-x" in text
 
 
+def test_report_sets_the_three_chains_of_four_side_by_side_with_latencies() -> None:
+    peers = sglang_peers(
+        [_sgl("chain:4", 128, "chat", 1000.0, itl_p50_ms=30.0, itl_p90_ms=35.0)]
+    ) + vllm_peers(
+        [
+            _vllm(
+                "frozen:4",
+                "frozen_kv_mtp",
+                4,
+                128,
+                "chat",
+                2000.0,
+                itl_p50_ms=15.0,
+                itl_p90_ms=16.0,
+                ttft_p50_ms=100.0,
+            ),
+            _vllm("mtp:4", "mtp", 4, 128, "chat", 1800.0),
+            # not a chain of 4: stays out of this table
+            _vllm("frozen:sweep", "frozen_kv_mtp:auto", 7, 128, "chat", 2100.0),
+        ]
+    )
+    lines = same_chain(peers)
+    assert "attention: TRITON_ATTN, triton" in lines[0]
+    (row,) = [ln for ln in lines if ln.startswith("| E4B | 128 | chat")]
+    assert row == (
+        "| E4B | 128 | chat | 2.90 / 3.00 | 2000 · 15.0/16.0 · 100.0 | 1800 · ?/? · ? "
+        "| 1000 · 30.0/35.0 · 20.0 | 2.00 |"
+    )
+    assert same_chain([p for p in peers if p["engine"] == "vllm"]) == []  # no SGLang chain
+
+
 def test_peers_and_report_commands(tmp_path: Path, capsys: Any) -> None:
     sgl = tmp_path / "sglang.jsonl"
     sgl.write_text("\n".join(json.dumps(r) for r in [_sgl("chain:4", 8, "chat", 800.0)]) + "\n")
@@ -519,6 +555,7 @@ def test_run_batch_streams_every_request_and_returns_their_final_meta() -> None:
     assert [m["completion_tokens"] for m in metas] == [10, 10, 10]
     # 1 prefill token, then rounds of 3: 9 tokens in 3 rounds per request
     assert measured_al(metas) == (27, 9)
+    assert acceptance_length(*measured_al(metas)) == 3.0  # 3 tokens a round, bonus included
     assert sum(sum(g.values()) for _, g in log.events) == 30
     eng.run_batch([[1]], tokens=2)
     assert eng.engine.calls[-1]["rid"] == "bench-3"  # request ids never repeat
