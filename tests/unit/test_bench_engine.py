@@ -400,7 +400,8 @@ def test_committed_rows_read_in_the_one_syntax() -> None:
     """bench.gpu_tokens rows name their engine (older ones ``frozen:4``), bench.gpu rows
     their method without K: every one reads as a method string."""
     rows = _committed_rows()
-    engines = {r["engine"] for r in rows if isinstance(r.get("engine"), str)} - {"sglang"}
+    # peers rows (bench/peers.py) name the engine family instead: vllm or sglang
+    engines = {r["engine"] for r in rows if isinstance(r.get("engine"), str)} - {"sglang", "vllm"}
     methods = {
         r["method"]
         for r in rows
