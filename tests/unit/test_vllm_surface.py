@@ -41,7 +41,7 @@ from tools.vllm_source import ClassInfo, VllmSource, signature, source_sha256
 SUPPORTED = ("0.32.0", "0.33.0")
 
 V2 = "vllm_frozen_kv_mtp.drafters.speculator.FrozenKVMTPSpeculator"
-V1 = "vllm_frozen_kv_mtp.drafters.proposer.FrozenKVMTPProposer"
+V1 = "vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer.FrozenKVMTPProposer"
 
 #: upstream code whose control flow plugin code copies or relies on, pinned per vLLM
 #: version: (owner found from, method) -> (what to review, {version: sha256})
@@ -264,8 +264,8 @@ _mirror(
 )  # fmt: skip
 _mirror(
     "vllm.v1.spec_decode.gemma4.Gemma4Proposer", "propose",
-    "FrozenKVMTPProposer.propose (drafters/proposer.py) hands it one seed row per request and "
-    "relies on how it shifts ids, gathers rows and copies into its buffers",
+    "FrozenKVMTPProposer.propose (adapters/vllm_0_32/proposer.py) hands it one seed row per "
+    "request and relies on how it shifts ids, gathers rows and copies into its buffers",
     {
         "0.32.0": "7bab90c79213d17640a1dde65030e2f0db4aab51dac263d0ca275133c9c48ebd",
         "0.33.0": "7bab90c79213d17640a1dde65030e2f0db4aab51dac263d0ca275133c9c48ebd",
