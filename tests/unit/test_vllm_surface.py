@@ -40,7 +40,7 @@ from tools.vllm_source import ClassInfo, VllmSource, signature, source_sha256
 
 SUPPORTED = ("0.32.0", "0.33.0")
 
-V2 = "vllm_frozen_kv_mtp.drafters.speculator.FrozenKVMTPSpeculator"
+V2 = "vllm_frozen_kv_mtp.adapters.vllm_0_32.speculator.FrozenKVMTPSpeculator"
 V1 = "vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer.FrozenKVMTPProposer"
 
 #: upstream code whose control flow plugin code copies or relies on, pinned per vLLM
@@ -193,8 +193,8 @@ def _mirror(owner: str, method: str, review: str, shas: dict[str, str]) -> None:
 _TDAR = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator.TargetDependentARSpeculator"
 _mirror(
     _TDAR, "propose",
-    "FrozenKVMTPSpeculator.propose (drafters/speculator.py) copies its request-input copy, "
-    "DP clamp and sync, graph dispatch and decode-step call",
+    "FrozenKVMTPSpeculator.propose (adapters/vllm_0_32/speculator.py) copies its "
+    "request-input copy, DP clamp and sync, graph dispatch and decode-step call",
     {
         "0.32.0": "584df111b4ab8769eda947b7be59dd23dc58b2b379c0e2d3b8e7bd3f71c81a0c",
         "0.33.0": "5dca6bf09ce3998cb6be3e626888ea55114578c49fe9aefe2e55dd06f0b15120",
