@@ -94,9 +94,24 @@ def _local_imports(
     return out
 
 
+def _plugin_bases(
+    mod: str, tree: ast.Module, modules: dict[str, ast.Module]
+) -> dict[str, ast.ClassDef]:
+    """Plugin classes a module can name as a base: its own, and those it imports from
+    another plugin module (a version-neutral drafter mixin, for an adapter's class)."""
+    out = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module in modules:
+            defs = {n.name: n for n in modules[node.module].body if isinstance(n, ast.ClassDef)}
+            for alias in node.names:
+                if alias.name in defs and node.module != mod:
+                    out[alias.asname or alias.name] = defs[alias.name]
+    return out
+
+
 def _with_mixins(node: ast.ClassDef, local: dict[str, ast.ClassDef]) -> ast.ClassDef:
-    """``node`` with the bodies of its same-module plugin bases (mixins) folded in, the
-    class's own definitions last so that they win."""
+    """``node`` with the bodies of its plugin bases (mixins) folded in, the class's own
+    definitions last so that they win."""
     mixins = [local[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in local]
     if not mixins:
         return node
@@ -115,15 +130,16 @@ def plugin_classes(modules: dict[str, ast.Module]) -> list[PluginClass]:
     out = []
     for mod, tree in modules.items():
         imports = _local_imports(tree, modules)
-        local = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-        for node in local.values():
+        own = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        bases_by_name = _plugin_bases(mod, tree, modules)
+        for node in own.values():
             bases = [
                 imports[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in imports
             ]
             if node.name in DYNAMIC_BASES:
                 bases.append(DYNAMIC_BASES[node.name])
             if bases:
-                merged = _with_mixins(node, local)
+                merged = _with_mixins(node, bases_by_name)
                 out.append(PluginClass(f"{mod}.{node.name}", merged, bases, imports))
     return out
 

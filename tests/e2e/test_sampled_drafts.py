@@ -160,7 +160,7 @@ def test_seeded_sampled_request_gives_the_same_tokens_alone_and_in_a_batch(
 
 
 def test_startup_log_states_the_draft_probability_memory(startup_log: list[str]) -> None:
-    from vllm_frozen_kv_mtp.drafters.proposer import draft_probs_bytes
+    from vllm_frozen_kv_mtp.drafters.seed_proposer import draft_probs_bytes
 
     per_request = draft_probs_bytes(K, 512) / 2**20  # the tiny pairs' vocabulary
     lines = [m for m in startup_log if "draft probabilities take" in m]

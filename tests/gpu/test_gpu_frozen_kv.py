@@ -214,10 +214,10 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
     requests at once put the first rounds in a >=32-row graph bucket."""
     if runner != "v2":
         pytest.skip("centroid_head applies to Model Runner V2")
-    import vllm_frozen_kv_mtp.drafters.speculator as speculator_module
+    import vllm_frozen_kv_mtp.drafters.seed_round as round_module
 
     calls: dict[str, list[tuple[str, int]]] = {}
-    original_top_tokens = speculator_module.top_tokens
+    original_top_tokens = round_module.top_tokens
     head = "upstream"
 
     def counted(model: Any, hidden: torch.Tensor, scored_by: str) -> torch.Tensor:
@@ -225,7 +225,7 @@ def test_v2_centroid_heads_draft_what_upstream_drafts(
         calls.setdefault(head, []).append((scored_by, hidden.shape[0]))
         return original_top_tokens(model, hidden, scored_by)
 
-    monkeypatch.setattr(speculator_module, "top_tokens", counted)
+    monkeypatch.setattr(round_module, "top_tokens", counted)
     target, assistant = pair("fp32-centroid")
     prompts = [f"{p} # {i}" for i in range(3) for p in PROMPTS][:40]
     kw = {**GRAPH_KW, "max_num_seqs": len(prompts)}

@@ -142,25 +142,26 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
     """``FrozenKVMTPSpeculator.sample_draft`` hands a greedy round to the head the option
     names (``auto`` resolved per bucket size), and sends "upstream" and any round that
     needs draft logits to vLLM's own ``sample_draft``."""
-    import vllm_frozen_kv_mtp.drafters.speculator as speculator_module
+    import vllm_frozen_kv_mtp.drafters.seed_round as round_module
+    from tests.utils.v2_speculator import upstream_class
+    from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator as cls
     from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
-    cls = speculator_module.FrozenKVMTPSpeculator
     seen: list[str] = []
-    monkeypatch.setattr(speculator_module, "fused_head_supported", lambda n: fused_ok)
+    monkeypatch.setattr(round_module, "fused_head_supported", lambda n: fused_ok)
     monkeypatch.setattr(
-        speculator_module, "top_tokens", lambda model, h, head: seen.append(head) or h[:, 0]
+        round_module, "top_tokens", lambda model, h, head: seen.append(head) or h[:, 0]
     )
     monkeypatch.setattr(
-        cls.__mro__[1], "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
+        upstream_class(cls), "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
     )
-    monkeypatch.setattr(speculator_module, "_LOGGED_HEADS", set())
+    monkeypatch.setattr(round_module, "_LOGGED_HEADS", set())
     logged: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: logged.append(record.getMessage())  # type: ignore[method-assign]
-    speculator_module.logger.addHandler(handler)
-    level = speculator_module.logger.level
-    speculator_module.logger.setLevel(logging.INFO)
+    round_module.logger.addHandler(handler)
+    level = round_module.logger.level
+    round_module.logger.setLevel(logging.INFO)
     spec = object.__new__(cls)  # not through the registry's dispatching __new__
     spec.frozen_options = FrozenKVOptions(centroid_head=option)
     spec.acceptance_estimator = None
@@ -171,8 +172,8 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
         spec.sample_draft(*args, None)
         spec.sample_draft(*args, torch.zeros(rows, VOCAB))  # draft logits wanted: vLLM's path
     finally:
-        speculator_module.logger.removeHandler(handler)
-        speculator_module.logger.setLevel(level)
+        round_module.logger.removeHandler(handler)
+        round_module.logger.setLevel(level)
     assert seen == [want, "upstream"]
     # Users see once which head their option resolved to.
     assert logged == [

@@ -133,13 +133,13 @@ def test_v2_sample_draft_uses_the_dense_head(monkeypatch: pytest.MonkeyPatch) ->
     """``FrozenKVMTPSpeculator.sample_draft`` drafts a greedy round of a dense assistant
     with the prepared head; a round that needs draft logits, and a head whose launch
     failed (``top_tokens`` None), go to vLLM's own ``sample_draft``."""
-    import vllm_frozen_kv_mtp.drafters.speculator as speculator_module
+    from tests.utils.v2_speculator import upstream_class
+    from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator as cls
     from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
-    cls = speculator_module.FrozenKVMTPSpeculator
     seen: list[str] = []
     monkeypatch.setattr(
-        cls.__mro__[1], "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
+        upstream_class(cls), "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
     )
 
     class Head:

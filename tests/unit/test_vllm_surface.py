@@ -40,8 +40,8 @@ from tools.vllm_source import ClassInfo, VllmSource, signature, source_sha256
 
 SUPPORTED = ("0.32.0", "0.33.0")
 
-V2 = "vllm_frozen_kv_mtp.drafters.speculator.FrozenKVMTPSpeculator"
-V1 = "vllm_frozen_kv_mtp.drafters.proposer.FrozenKVMTPProposer"
+V2 = "vllm_frozen_kv_mtp.adapters.vllm_0_32.speculator.FrozenKVMTPSpeculator"
+V1 = "vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer.FrozenKVMTPProposer"
 
 #: upstream code whose control flow plugin code copies or relies on, pinned per vLLM
 #: version: (owner found from, method) -> (what to review, {version: sha256})
@@ -193,8 +193,8 @@ def _mirror(owner: str, method: str, review: str, shas: dict[str, str]) -> None:
 _TDAR = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator.TargetDependentARSpeculator"
 _mirror(
     _TDAR, "propose",
-    "FrozenKVMTPSpeculator.propose (drafters/speculator.py) copies its request-input copy, "
-    "DP clamp and sync, graph dispatch and decode-step call",
+    "FrozenKVMTPSpeculator.propose (adapters/vllm_0_32/speculator.py) copies its "
+    "request-input copy, DP clamp and sync, graph dispatch and decode-step call",
     {
         "0.32.0": "584df111b4ab8769eda947b7be59dd23dc58b2b379c0e2d3b8e7bd3f71c81a0c",
         "0.33.0": "5dca6bf09ce3998cb6be3e626888ea55114578c49fe9aefe2e55dd06f0b15120",
@@ -264,8 +264,8 @@ _mirror(
 )  # fmt: skip
 _mirror(
     "vllm.v1.spec_decode.gemma4.Gemma4Proposer", "propose",
-    "FrozenKVMTPProposer.propose (drafters/proposer.py) hands it one seed row per request and "
-    "relies on how it shifts ids, gathers rows and copies into its buffers",
+    "FrozenKVMTPProposer.propose (adapters/vllm_0_32/proposer.py) hands it one seed row per "
+    "request and relies on how it shifts ids, gathers rows and copies into its buffers",
     {
         "0.32.0": "7bab90c79213d17640a1dde65030e2f0db4aab51dac263d0ca275133c9c48ebd",
         "0.33.0": "7bab90c79213d17640a1dde65030e2f0db4aab51dac263d0ca275133c9c48ebd",

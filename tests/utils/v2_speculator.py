@@ -45,6 +45,12 @@ class FullGraphs:
         return batch_desc
 
 
+def upstream_class(cls: type) -> type:
+    """The first vLLM class in ``cls``'s MRO: where the plugin's overrides call ``super()``
+    to (the plugin's own mixin comes before it)."""
+    return next(c for c in cls.__mro__ if c.__module__.split(".")[0] == "vllm")
+
+
 def stand_in_speculator(
     k: int, max_reqs: int, manager: Any, dp_size: int = 1, dp_rank: int = 0
 ) -> Any:

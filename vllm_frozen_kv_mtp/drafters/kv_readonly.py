@@ -63,7 +63,9 @@ def copy_target_kv_scales(vllm_config: Any, draft_layer_names: Iterable[str]) ->
     target's calibrated FP8 cache (vllm-project/vllm#41789). Model Runner V2
     already copies them; we reuse its helper rather than a copy of it.
     """
-    from vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer import copy_target_kv_scales as copy_scales
+    from vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer_helpers import (
+        copy_target_kv_scales as copy_scales,
+    )
 
     layers = attention_layers(vllm_config)
     for name in draft_layer_names:
