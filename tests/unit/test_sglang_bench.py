@@ -626,3 +626,25 @@ def test_sglang_copy_of_a_target_names_full_layers_plain_and_sliding_layers_swa(
     assert json.loads((for_sglang(Path(target)) / "config.json").read_text()) == cfg
     # SGLang renames the assistant's wrapped text_config itself: no copy
     assert for_sglang(Path(assistant)) == Path(assistant)
+
+
+def _plan_sglang_steps() -> list[tuple[str, list[str]]]:
+    import shlex
+
+    steps = []
+    for plan_file in sorted((REPO / "tools/plans").glob("*.plan")):
+        for line in plan_file.read_text().splitlines():
+            if "bench.sglang_tokens" in line and not line.startswith("#"):
+                argv = shlex.split(line.split("-m bench.sglang_tokens", 1)[1])
+                steps.append((plan_file.name, argv))
+    return steps
+
+
+def test_every_planned_sglang_step_parses_and_names_a_setting() -> None:
+    """A plan's SGLang step that argparse refuses would cost a GPU host its engine start."""
+    steps = _plan_sglang_steps()
+    assert {name for name, _ in steps} >= {"peers_e4b.plan", "peers_31b.plan"}
+    for name, argv in steps:
+        args = main_parser().parse_args(argv)
+        assert args.cmd == "run", name
+        assert parse_setting(args.setting).name == args.setting, (name, args.setting)
