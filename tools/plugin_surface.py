@@ -15,6 +15,8 @@ from tools.vllm_source import ClassInfo, FunctionNode, Signature, VllmSource, si
 PACKAGE = Path(__file__).resolve().parents[1] / "vllm_frozen_kv_mtp"
 #: the package's modules that import vLLM's private names for the rest of it
 ADAPTERS = "vllm_frozen_kv_mtp.adapters."
+#: the module the rest of the package reads them through (``active.<role>.<name>``)
+ACTIVE = "vllm_frozen_kv_mtp.adapters.active"
 
 #: classes the plugin builds at run time over a vLLM class it receives as an argument
 DYNAMIC_BASES = {
@@ -74,13 +76,50 @@ def import_problems(src: VllmSource, imports: list[VllmImport]) -> list[str]:
     return problems
 
 
+def adapter_table(package: Path = PACKAGE) -> dict[str, str]:
+    """``adapters.ADAPTERS`` (vLLM minor release -> adapter package), read from its source."""
+    tree = ast.parse((package / "adapters" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == "ADAPTERS" for t in targets):
+                assert node.value is not None
+                return dict(ast.literal_eval(node.value))
+    raise LookupError("adapters/__init__.py defines no ADAPTERS table")
+
+
+def newest_adapter(package: Path = PACKAGE) -> str:
+    """The adapter package serving the newest release in the table: the one ``active``
+    stands for here (one adapter serves every supported release today)."""
+    table = adapter_table(package)
+    newest = max(table, key=lambda r: tuple(int(p) for p in r.split(".")))
+    return f"{ADAPTERS}{table[newest]}"
+
+
+def _active_read(node: ast.expr, active: set[str]) -> tuple[str, str] | None:
+    """``(role, name)`` of an ``active.<role>.<name>`` expression, ``active`` being one of
+    the local names bound to the ``adapters.active`` module."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id in active
+    ):
+        return node.value.attr, node.attr
+    return None
+
+
 def _local_imports(
     tree: ast.Module, modules: dict[str, ast.Module] | None = None
 ) -> dict[str, str]:
     """Local name -> dotted vLLM path of every name a module imports from vLLM, straight
     or through an adapter module (``vllm_frozen_kv_mtp/adapters/``, the one place that
-    imports vLLM's private names and hands them on under the same names)."""
+    imports vLLM's private names and hands them on under the same names): by name, or
+    read from the active adapter (read here as the newest adapter), keyed by the
+    expression (``active.scheduler.Scheduler``) or by the module-level name bound to it
+    (``apply_top_k_top_p = active.proposer_helpers.apply_top_k_top_p``)."""
     out = {}
+    active: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and not node.level and node.module:
             if node.module.split(".")[0] == "vllm":
@@ -91,7 +130,37 @@ def _local_imports(
                 for alias in node.names:
                     if alias.name in handed_on:
                         out[alias.asname or alias.name] = handed_on[alias.name]
+            if f"{node.module}." == ADAPTERS:
+                active |= {a.asname or a.name for a in node.names if a.name == "active"}
+    if modules is None or not active:
+        return out
+    adapter = newest_adapter()
+
+    def resolve(node: ast.expr) -> str | None:
+        read = _active_read(node, active)
+        if read is None:
+            return None
+        role, name = read
+        return _local_imports(modules[f"{adapter}.{role}"]).get(name)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and (path := resolve(node)) is not None:
+            out[ast.unparse(node)] = path
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, path = node.targets[0], resolve(node.value)
+            if isinstance(target, ast.Name) and path is not None:
+                out[target.id] = path
     return out
+
+
+def _name(node: ast.expr) -> str | None:
+    """``x`` or ``a.b.c``: how :func:`_local_imports` keys a name read by a base or a call."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and _name(node.value) is not None:
+        return ast.unparse(node)
+    return None
 
 
 def _plugin_bases(
@@ -133,9 +202,7 @@ def plugin_classes(modules: dict[str, ast.Module]) -> list[PluginClass]:
         own = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         bases_by_name = _plugin_bases(mod, tree, modules)
         for node in own.values():
-            bases = [
-                imports[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in imports
-            ]
+            bases = [imports[n] for b in node.bases if (n := _name(b)) in imports]
             if node.name in DYNAMIC_BASES:
                 bases.append(DYNAMIC_BASES[node.name])
             if bases:
@@ -221,8 +288,8 @@ def function_calls(modules: dict[str, ast.Module]) -> Iterator[tuple[str, Call]]
     for mod, tree in modules.items():
         imports = _local_imports(tree, modules)
         for n in ast.walk(tree):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in imports:
-                yield imports[n.func.id], _call(f"{mod}:{n.lineno}", n.func.id, n)
+            if isinstance(n, ast.Call) and (name := _name(n.func)) in imports:
+                yield imports[name], _call(f"{mod}:{n.lineno}", name, n)
 
 
 def override_problems(ours: Signature, parent: Signature) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import validate_schedule
+from vllm_frozen_kv_mtp.adapters import active
 from vllm_frozen_kv_mtp.draft_length.stand_in import graph_capture_schedule
 from vllm_frozen_kv_mtp.options import (
     AUTO_DEFAULT_K_MAX,
@@ -83,7 +83,7 @@ def requested_draft_length(
 
 def _check_schedule(schedule: Any) -> list[tuple[int, int, int]]:
     try:
-        parsed = validate_schedule(schedule)
+        parsed = active.frontend.validate_schedule(schedule)
     except (ValueError, TypeError) as e:
         raise FrozenKVMTPConfigError(
             f"num_speculative_tokens_per_batch_size={schedule!r} is invalid ({e}).",

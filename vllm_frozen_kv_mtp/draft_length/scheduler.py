@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.scheduler import AsyncScheduler, Scheduler
+from vllm_frozen_kv_mtp.adapters import active
 from vllm_frozen_kv_mtp.draft_length.policy import GoodputPolicy
 from vllm_frozen_kv_mtp.draft_length.settings import PolicySettings
 
@@ -62,7 +62,7 @@ class _GoodputK:
         # which parent this one took.
         parent = (
             "vLLM's AsyncScheduler: async scheduling stays on"
-            if isinstance(self, AsyncScheduler)
+            if isinstance(self, active.scheduler.AsyncScheduler)
             else "vLLM's Scheduler: this engine schedules synchronously"
         )
         logger.info(
@@ -197,11 +197,11 @@ class _GoodputK:
         super().shutdown()  # type: ignore[misc]
 
 
-class GoodputSyncScheduler(_GoodputK, Scheduler):
+class GoodputSyncScheduler(_GoodputK, active.scheduler.Scheduler):
     """vLLM's ``Scheduler`` with k chosen by :class:`GoodputPolicy`."""
 
 
-class GoodputAsyncScheduler(_GoodputK, AsyncScheduler):
+class GoodputAsyncScheduler(_GoodputK, active.scheduler.AsyncScheduler):
     """vLLM's ``AsyncScheduler`` with k chosen by :class:`GoodputPolicy`."""
 
 

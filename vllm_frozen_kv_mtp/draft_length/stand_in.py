@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import dense_k_table
+from vllm_frozen_kv_mtp.adapters import active
 from vllm_frozen_kv_mtp.options import AUTO_K, FrozenKVOptions
 
 
@@ -32,7 +32,7 @@ def runnable_draft_lengths(
     rows); under a schedule, the k's of vLLM's dense table."""
     if options.k_policy == AUTO_K:
         return list(range(k_max, -1, -1))
-    dense = dense_k_table(
+    dense = active.frontend.dense_k_table(
         speculative_config.num_speculative_tokens_per_batch_size, max_num_reqs, k_max
     )
     return sorted(set(dense[1:]), reverse=True)

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import torch
 
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer_helpers import _SAMPLING_EPS, apply_top_k_top_p
+from vllm_frozen_kv_mtp.adapters import active
+
+_SAMPLING_EPS = active.proposer_helpers._SAMPLING_EPS
+apply_top_k_top_p = active.proposer_helpers.apply_top_k_top_p
 
 
 def mask_outside_top_k_top_p(

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import attention_layers
+from vllm_frozen_kv_mtp.adapters import active
+
+
+def attention_layers(vllm_config: Any) -> dict[str, Any]:
+    """Every attention layer of the engine (target and drafter), by name."""
+    return active.frontend.attention_layers(vllm_config)
 
 
 class ReadOnlyKVError(RuntimeError):
@@ -63,13 +68,9 @@ def copy_target_kv_scales(vllm_config: Any, draft_layer_names: Iterable[str]) ->
     target's calibrated FP8 cache (vllm-project/vllm#41789). Model Runner V2
     already copies them; we reuse its helper rather than a copy of it.
     """
-    from vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer_helpers import (
-        copy_target_kv_scales as copy_scales,
-    )
-
     layers = attention_layers(vllm_config)
     for name in draft_layer_names:
         layer = layers[name]
         target = layers[layer.kv_sharing_target_layer_name]
         if hasattr(layer, "_k_scale") and hasattr(target, "_k_scale"):
-            copy_scales(layer, target)
+            active.proposer_helpers.copy_target_kv_scales(layer, target)

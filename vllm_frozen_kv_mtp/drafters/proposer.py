@@ -5,6 +5,8 @@ The version-neutral logic is ``seed_proposer.FrozenSeedProposer``; the class vLL
 in the adapter.
 """
 
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer import FrozenKVMTPProposer
+from vllm_frozen_kv_mtp.adapters import active
+
+FrozenKVMTPProposer = active.proposer.FrozenKVMTPProposer
 
 __all__ = ["FrozenKVMTPProposer"]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer_helpers import random_sample
+from vllm_frozen_kv_mtp.adapters import active
 from vllm_frozen_kv_mtp.drafters.draft_q import mask_outside_top_k_top_p
 from vllm_frozen_kv_mtp.drafters.kv_guard import target_kv_checksum
 from vllm_frozen_kv_mtp.drafters.kv_readonly import (
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     _Gemma4Proposer = Any
 else:
     _Gemma4Proposer = object
+
+random_sample = active.proposer_helpers.random_sample
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 

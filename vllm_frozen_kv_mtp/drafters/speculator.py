@@ -5,6 +5,8 @@ The version-neutral logic is ``seed_round.FrozenRound``; the class vLLM builds (
 adapter.
 """
 
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.speculator import FrozenKVMTPSpeculator
+from vllm_frozen_kv_mtp.adapters import active
+
+FrozenKVMTPSpeculator = active.speculator.FrozenKVMTPSpeculator
 
 __all__ = ["FrozenKVMTPSpeculator"]

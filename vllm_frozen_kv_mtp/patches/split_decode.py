@@ -209,9 +209,9 @@ def install_split_decode_attention(
     """Switch the drafter's ``TritonAttentionImpl`` objects to the split-decode subclass,
     with one shared workspace for ``max_rows`` rows; returns the layer names switched.
     Layers on another backend keep it (the caller logs which)."""
-    from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import triton_attention_impl_cls
+    from vllm_frozen_kv_mtp.adapters import active
 
-    TritonAttentionImpl = triton_attention_impl_cls()
+    TritonAttentionImpl = active.frontend.triton_attention_impl_cls()
 
     switched = {
         name: layer

@@ -85,9 +85,9 @@ def mark_target_logits(target_model: Any, mode: str = "one_pass") -> int:
     """Mark the target's soft-capped logits processors for patch 5 with ``mode`` (option
     ``target_softcap``, "one_pass"); how many were marked (0: the target does not
     soft-cap)."""
-    from vllm_frozen_kv_mtp.adapters.vllm_0_32.frontend import logits_processor_cls
+    from vllm_frozen_kv_mtp.adapters import active
 
-    LogitsProcessor = logits_processor_cls()
+    LogitsProcessor = active.frontend.logits_processor_cls()
 
     modules = getattr(target_model, "modules", None)  # wrappers forward it to the model
     if modules is None:
