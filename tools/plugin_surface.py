@@ -141,7 +141,7 @@ def _local_imports(
         if read is None:
             return None
         role, name = read
-        return _local_imports(modules[f"{adapter}.{role}"]).get(name)
+        return _local_imports(modules[f"{adapter}.{role}"], modules).get(name)
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and (path := resolve(node)) is not None:
