@@ -67,10 +67,13 @@ def register() -> None:
 def write_entry_point(folder: str | Path) -> Path:
     """A minimal distribution under ``folder`` whose entry point names ``register``;
     ``folder`` must be on the path of every SGLang process (sys.path and PYTHONPATH)."""
-    info = Path(folder) / "frozen_kv_mtp_bench_hooks-0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: frozen-kv-mtp-bench-hooks\nVersion: 0\n"
+    from devkit.dist_info import entry_point_dist
+
+    return entry_point_dist(
+        folder,
+        "frozen-kv-mtp-bench-hooks",
+        ENTRY_GROUP,
+        ENTRY_NAME,
+        f"{__name__}:register",
+        version="0",
     )
-    (info / "entry_points.txt").write_text(f"[{ENTRY_GROUP}]\n{ENTRY_NAME} = {__name__}:register\n")
-    return info

@@ -32,15 +32,11 @@ _started_pid: int | None = None
 def probe_dist(directory: Path) -> Path:
     """Write a metadata-only distribution declaring :func:`start` as a general plugin;
     put ``directory`` on the server's ``PYTHONPATH``."""
-    info = directory / "frozen_kv_mtp_stats_probe-0.0.0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: frozen-kv-mtp-stats-probe\nVersion: 0.0.0\n"
+    from devkit.dist_info import entry_point_dist
+
+    return entry_point_dist(
+        directory, "frozen-kv-mtp-stats-probe", GROUP, "frozen_kv_mtp_stats_probe", ENTRY_POINT
     )
-    (info / "entry_points.txt").write_text(
-        f"[{GROUP}]\nfrozen_kv_mtp_stats_probe = {ENTRY_POINT}\n"
-    )
-    return info
 
 
 def snapshot() -> list[dict[str, Any]]:

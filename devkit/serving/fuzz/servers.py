@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from devkit.dist_info import entry_point_dist
 from devkit.serving.fuzz import probe
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,30 +101,21 @@ def serve_argv(
 
 def plugin_dist(directory: Path) -> Path:
     """A metadata-only distribution declaring the plugin's entry point (``register``)."""
-    info = directory / "frozen_kv_mtp_checkout-0.0.0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: frozen-kv-mtp-checkout\nVersion: 0.0.0\n"
+    return entry_point_dist(
+        directory, "frozen-kv-mtp-checkout", GROUP, "frozen_kv_mtp", "vllm_frozen_kv_mtp:register"
     )
-    (info / "entry_points.txt").write_text(
-        f"[{GROUP}]\nfrozen_kv_mtp = vllm_frozen_kv_mtp:register\n"
-    )
-    return info
 
 
 def dummy_weights_dist(directory: Path) -> Path:
     """A general plugin that fills the centroid head's ``token_ordering`` after the dummy
     loader (which leaves it uninitialised on CUDA), in the server's own processes."""
-    info = directory / "frozen_kv_mtp_dummy_weights-0.0.0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: frozen-kv-mtp-dummy-weights\nVersion: 0.0.0\n"
+    return entry_point_dist(
+        directory,
+        "frozen-kv-mtp-dummy-weights",
+        GROUP,
+        "frozen_kv_mtp_dummy_weights",
+        "devkit.fixtures.dummy:fill_dummy_token_ordering",
     )
-    (info / "entry_points.txt").write_text(
-        f"[{GROUP}]\nfrozen_kv_mtp_dummy_weights = "
-        "devkit.fixtures.dummy:fill_dummy_token_ordering\n"
-    )
-    return info
 
 
 def server_env(
