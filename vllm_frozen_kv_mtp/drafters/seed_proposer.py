@@ -40,10 +40,8 @@ from vllm_frozen_kv_mtp.drafters.kv_readonly import (
     copy_target_kv_scales,
 )
 from vllm_frozen_kv_mtp.drafters.seed_metadata import PADDING_SLOT_ID
-from vllm_frozen_kv_mtp.drafters.stats import DraftStats, log_stats_at_exit
+from vllm_frozen_kv_mtp.drafters.start import start_drafter
 from vllm_frozen_kv_mtp.options import VLLM_SPLIT_KV_THRESHOLD as VLLM_DEFAULT
-from vllm_frozen_kv_mtp.options import FrozenKVOptions, options_from_vllm_config
-from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 from vllm_frozen_kv_mtp.patches.target_softcap import mark_target_logits
 
 if TYPE_CHECKING:
@@ -97,12 +95,8 @@ class FrozenSeedProposer(_Gemma4Proposer):
                 "remove what keeps Model Runner V2 off, or drop rejection_sample_method.",
             )
         super().__init__(vllm_config, device, runner)
-        options = options_from_vllm_config(vllm_config)
-        assert options is not None
-        self.frozen_options: FrozenKVOptions = options
-        self.frozen_stats = DraftStats()
-        log_stats_at_exit(self.frozen_stats)
-        enable_frozen_runtime_fixes()
+        options, self.frozen_stats = start_drafter(vllm_config)
+        self.frozen_options = options
         self._no_write_slots = torch.full(
             (self.max_batch_size,), PADDING_SLOT_ID, dtype=torch.int64, device=device
         )

@@ -49,11 +49,9 @@ from vllm_frozen_kv_mtp.drafters.kv_readonly import (
     check_readonly_wiring,
 )
 from vllm_frozen_kv_mtp.drafters.seed_rows import SeedBuffers, SeedInputs, load_seed_rows
-from vllm_frozen_kv_mtp.drafters.stats import DraftStats, log_stats_at_exit
+from vllm_frozen_kv_mtp.drafters.start import start_drafter
 from vllm_frozen_kv_mtp.kernels.centroid_kernel import fused_head_supported
 from vllm_frozen_kv_mtp.kernels.dense_head import DenseHead
-from vllm_frozen_kv_mtp.options import FrozenKVOptions, options_from_vllm_config
-from vllm_frozen_kv_mtp.patches import enable_frozen_runtime_fixes
 from vllm_frozen_kv_mtp.patches.sliding_split_kv import set_sliding_split_kv_max_rows
 from vllm_frozen_kv_mtp.patches.target_softcap import mark_target_logits
 
@@ -100,12 +98,8 @@ class FrozenRound(_Gemma4Speculator):
 
     def __init__(self, vllm_config: Any, device: torch.device) -> None:
         super().__init__(vllm_config, device)
-        options = options_from_vllm_config(vllm_config)
-        assert options is not None
-        self.frozen_options: FrozenKVOptions = options
-        self.frozen_stats = DraftStats()
-        log_stats_at_exit(self.frozen_stats)
-        enable_frozen_runtime_fixes()
+        options, self.frozen_stats = start_drafter(vllm_config)
+        self.frozen_options = options
         logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
         buffer = self._draft_logits_buffer
         if buffer is not None:
