@@ -249,15 +249,11 @@ def report(peers: list[dict[str, Any]]) -> str:
         def tok(p: dict[str, Any] | None) -> str:
             return f"{p['decode_tok_s']:.0f}" if p else "-"
 
-        def al(p: dict[str, Any]) -> str:
-            m = p.get("mean_acceptance_length")
-            return f"{m:.2f}" if isinstance(m, int | float) else "?"
-
         for key in sorted({*ours, *theirs}, key=lambda x: (x[0], x[1], x[2])):
             model, c, profile = key
             a, b = ours.get(key), theirs.get(key)
-            a_cell = f"{tok(a)} ({al(a)})" if a else "-"
-            b_cell = f"{tok(b)} (topk {b['topk']} k={b['k']}, {al(b)})" if b else "-"
+            a_cell = f"{tok(a)} ({_al(a)})" if a else "-"
+            b_cell = f"{tok(b)} (topk {b['topk']} k={b['k']}, {_al(b)})" if b else "-"
             ratio = f"{a['decode_tok_s'] / b['decode_tok_s']:.2f}" if a and b else "-"
             out.append(
                 f"| {model} | {c} | {profile} | {tok(none.get(('vllm', model, c)))} | "
@@ -269,6 +265,22 @@ def report(peers: list[dict[str, Any]]) -> str:
             out += ["", "Runs: " + ", ".join(runs)]
         tables.append("\n".join(out))
     return "\n\n".join(tables)
+
+
+def _al(p: dict[str, Any] | None) -> str:
+    """A row's measured AL for a table cell: "-" without a row, "?" where it has none."""
+    if p is None:
+        return "-"
+    m = p.get("mean_acceptance_length")
+    return f"{m:.2f}" if isinstance(m, int | float) else "?"
+
+
+#: (engine, method) -> the column of the like-for-like table
+_CHAIN_COLUMNS = {
+    ("vllm", "frozen_kv_mtp"): "ours",
+    ("vllm", "mtp"): "mtp",
+    ("sglang", "frozen_kv_mtp"): "sgl",
+}
 
 
 def _timing(p: dict[str, Any] | None) -> str:
@@ -294,8 +306,7 @@ def same_chain(rows: list[dict[str, Any]], k: int = 4) -> list[str]:
     for p in rows:
         if p.get("k") != k or p.get("topk") != 1:
             continue
-        who = {"vllm": {"frozen_kv_mtp": "ours", "mtp": "mtp"}, "sglang": {"frozen_kv_mtp": "sgl"}}
-        name = who.get(p["engine"], {}).get(p["method"])
+        name = _CHAIN_COLUMNS.get((p["engine"], p["method"]))
         if name:
             cells.setdefault((p["model"], p["concurrency"], p["profile"]), {})[name] = p
     if not any("sgl" in v for v in cells.values()):
@@ -313,13 +324,9 @@ def same_chain(rows: list[dict[str, Any]], k: int = 4) -> list[str]:
         v = cells[key]
         ours, sgl = v.get("ours"), v.get("sgl")
 
-        def al(p: dict[str, Any] | None) -> str:
-            m = p.get("mean_acceptance_length") if p else None
-            return f"{m:.2f}" if isinstance(m, int | float) else "-"
-
         ratio = f"{ours['decode_tok_s'] / sgl['decode_tok_s']:.2f}" if ours and sgl else "-"
         out.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {al(ours)} / {al(sgl)} | {_timing(ours)} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {_al(ours)} / {_al(sgl)} | {_timing(ours)} | "
             f"{_timing(v.get('mtp'))} | {_timing(sgl)} | {ratio} |"
         )
     return out

@@ -115,19 +115,5 @@ echo "fallback (host installs only where missing):"; sed 's/^/  /' "$W/pack/fall
 
 # 5. Pack, split into equal chunks of at most PART_MAX_MIB, one per part folder.
 tar -C "$W/pack" -cf - core fallback fallback.txt | xz -9 -T0 > "$W/fa4.tar.xz"
-SIZE=$(stat -c %s "$W/fa4.tar.xz")
-MAX=$(( (PART_MAX_MIB << 20) - (1 << 20) ))   # 1 MiB for the scripts and the manifest
-N=$(( (SIZE + MAX - 1) / MAX )); CHUNK=$(( (SIZE + N - 1) / N ))
-rm -rf "$W/chunks" "$OUT"/fa4?; mkdir -p "$W/chunks"
-split -b "$CHUNK" -d -a 2 "$W/fa4.tar.xz" "$W/chunks/fa4.tar.xz.part-"
-SHA=$(sha256sum "$W/fa4.tar.xz" | cut -d' ' -f1)
-CHUNKS=("$W"/chunks/fa4.tar.xz.part-*); NAMES="${CHUNKS[*]##*/}"
-LETTERS=abcdefghijklmnopqrstuvwxyz; i=0
-for c in "${CHUNKS[@]}"; do
-  p="$OUT/fa4${LETTERS:i:1}"   # fa4a, fa4b, ...
-  mkdir -p "$p"; mv "$c" "$p/"
-  cp "$HERE"/host/*.sh "$HERE"/host/*.py "$p/"
-  printf 'FA4_VLLM_VER=%s\nFA4_SHA256=%s\nFA4_CHUNKS="%s"\n' "$VLLM_VER" "$SHA" "$NAMES" > "$p/fa4.manifest"
-  i=$((i + 1))
-done
-echo "fa4.tar.xz: $((SIZE >> 20)) MiB in $N part(s):"; du -sh "$OUT"/fa4?
+. "$HERE/split_parts.sh"
+split_parts "$W/fa4.tar.xz" "$OUT" fa4 "$HERE/host" fa4.manifest FA4 VLLM_VER "$VLLM_VER"

@@ -171,19 +171,5 @@ fi
 mv "$S" "$W/pack/sglsite"
 (cd "$W/pack" && tar -cf - sglsite $(test -d jit && echo jit)) | xz -9 -T"$JOBS" > "$W/sglsite.tar.xz"
 mv "$W/pack/sglsite" "$S"
-SIZE=$(stat -c %s "$W/sglsite.tar.xz")
-MAX=$(( (PART_MAX_MIB << 20) - (1 << 20) ))   # 1 MiB for the scripts and the manifest
-N=$(( (SIZE + MAX - 1) / MAX )); CHUNK=$(( (SIZE + N - 1) / N ))
-rm -rf "$W/chunks" "$OUT"/sgl?; mkdir -p "$W/chunks"
-split -b "$CHUNK" -d -a 2 "$W/sglsite.tar.xz" "$W/chunks/sglsite.tar.xz.part-"
-SHA=$(sha256sum "$W/sglsite.tar.xz" | cut -d' ' -f1)
-CHUNKS=("$W"/chunks/sglsite.tar.xz.part-*); NAMES="${CHUNKS[*]##*/}"
-LETTERS=abcdefghijklmnopqrstuvwxyz; i=0
-for c in "${CHUNKS[@]}"; do
-  p="$OUT/sgl${LETTERS:i:1}"   # sgla, sglb, ...
-  mkdir -p "$p"; mv "$c" "$p/"
-  cp "$HERE"/host/*.sh "$HERE"/host/*.py "$p/"
-  printf 'SGL_VERSION=%s\nSGL_SHA256=%s\nSGL_CHUNKS="%s"\n' "$SGLANG_VER" "$SHA" "$NAMES" > "$p/sgl.manifest"
-  i=$((i + 1))
-done
-echo "sglsite.tar.xz: $((SIZE >> 20)) MiB in $N part(s):"; du -sh "$OUT"/sgl?
+. "$HERE/../split_parts.sh"
+split_parts "$W/sglsite.tar.xz" "$OUT" sgl "$HERE/host" sgl.manifest SGL VERSION "$SGLANG_VER"
