@@ -813,8 +813,40 @@ def by_run_kind(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             kind += f", run {r['label']}"
         if r.get("device"):
             kind += f", {r['device']}"
+        # a context length is its own table: a step at 32k reads far more KV than at 128
+        if r.get("prompt_len", SHORT_PROMPT) != SHORT_PROMPT:
+            kind += f", {r['prompt_len']}-token prompts"
         out.setdefault(kind, []).append(r)
     return out
+
+
+#: the prompt length of the headline tables (rows timed before ``prompt_len`` existed)
+SHORT_PROMPT = 128
+
+
+def draft_share_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: where the step goes for the speculating rows that time their draft
+    rounds: step ms, the draft round's device ms per step and its share of the step.
+    Empty where no row carries ``draft_share``."""
+    rows = [
+        r
+        for r in rows
+        if r.get("draft_share") is not None and not r.get("temperature") and r["method"] != "none"
+    ]
+    if not rows:
+        return ""
+    out = [
+        "| model | profile | c | method | k | step ms | draft ms / step | draft share |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(
+        rows, key=lambda r: (r["model"], r["profile"], r["concurrency"], r["method"], r["k"])
+    ):
+        out.append(
+            f"| {r['model']} | {r['profile']} | {r['concurrency']} | {r['method']} | {r['k']} | "
+            f"{r['step_ms']:.2f} | {r['draft_ms_per_step']:.2f} | {100 * r['draft_share']:.0f}% |"
+        )
+    return "\n".join(out)
 
 
 def full_step_ms(row: dict[str, Any], k: int) -> float | None:
@@ -1094,6 +1126,10 @@ def main() -> None:
             switching = switching_table(group)
             if switching:
                 print(switching)
+                print()
+            share = draft_share_table(group)
+            if share:
+                print(share)
                 print()
             host = host_table(group)
             if host:

@@ -20,6 +20,7 @@ from bench.gpu_tokens import (
     by_run_kind,
     common_draw_seeds,
     decode_span,
+    draft_share_table,
     full_batch_rate,
     gc_since,
     interleaved,
@@ -355,3 +356,24 @@ def test_switching_table_sets_an_alternated_k_beside_the_same_k_pinned() -> None
     assert "| E4B | prose | 256 | 1/3 | 1 | 15.00 | 21.00 (1.40x) |" in text  # median of runs
     assert "| E4B | prose | 256 | 1/3 | 3 | 22.00 | 22.00 (1.00x) |" in text
     assert switching_table(rows[:2]) == ""  # no alternating row, no table
+
+
+def test_each_context_length_gets_its_own_table() -> None:
+    """Rows at 8k and 32k never meet the 128-token rows: a (model, profile, c) key would
+    otherwise take the best fixed k across context lengths."""
+    long = [{**r, "interleaved": True, "prompt_len": 8192} for r in ROWS]
+    short = [{**r, "interleaved": True, "prompt_len": 128} for r in ROWS]
+    groups = by_run_kind(short + long)
+    assert list(groups) == [RUN_KINDS[True], RUN_KINDS[True] + ", 8192-token prompts"]
+    assert all(r["prompt_len"] == 8192 for r in groups[RUN_KINDS[True] + ", 8192-token prompts"])
+
+
+def test_draft_share_table_lists_the_timed_speculating_rows() -> None:
+    rows = [
+        {**ROWS[0], "draft_share": None},
+        {**ROWS[3], "draft_ms_per_step": 2.125, "draft_share": 0.25},
+    ]
+    table = draft_share_table(rows).splitlines()
+    assert len(table) == 3
+    assert table[2] == "| E4B | chat | 32 | frozen_kv_mtp | 4 | 8.50 | 2.12 | 25% |"
+    assert draft_share_table(ROWS) == ""
