@@ -387,13 +387,14 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(doc: dict[str, Any]) -> str:
-    """Per-minute table and the criteria, for the terminal."""
-    cols = "min served aborted err preempt p50_s p99_s GPU_MiB RSS_MiB k_hist misses".split()
+    """One line per ``--bucket-s`` of the load (its start, in seconds) and the criteria,
+    for the terminal."""
+    cols = "from_s served aborted err preempt p50_s p99_s GPU_MiB RSS_MiB k_hist misses".split()
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in doc["rows"]:
         k = " ".join(f"{a}:{b}" for a, b in r["k_histogram"].items())
         lines.append(
-            f"| {r['bucket']} | {r['served']} | {r['aborted']} | "
+            f"| {r['t0_s']:.0f} | {r['served']} | {r['aborted']} | "
             f"{r['errors_5xx'] + r['errors_other']} | {r['preemptions']} | "
             f"{r['latency_p50_s']} | {r['latency_p99_s']} | {r['gpu_mem_mib_max']} | "
             f"{r['rss_mib_max']} | {k} | {r['graph_misses']} |"

@@ -127,3 +127,4 @@ def test_show_prints_a_running_files_rows(
     out = capsys.readouterr().out
     assert out.startswith("status: running, startup_s: 9.5")
     assert "| 0 | 1 | 0 | 0 | 0 |" in out and "soak" not in out.splitlines()[-1]
+    assert "\n| 30 | " in out  # each line starts at its bucket's second, not its index
