@@ -112,6 +112,7 @@ def test_auto_replays_a_graph_for_every_k_with_one_request_slot(runner: str) -> 
     print(f"verify modes={dict(modes)} rounds_by_k={stats.rounds_by_k}")
     assert all(g == expected for g in got)
     assert set(stats.rounds_by_k) >= {1, 2, 3, 4}
+    assert stats.graph_rounds > 0, "no round asked for its CUDA graph"
     assert stats.graph_misses == 0, "a k without a captured draft-round graph"
     assert {q for q, _ in modes} >= {1, 2, 3, 4, 5}
     assert {mode for _, mode in modes} == {"FULL"}, modes

@@ -154,3 +154,7 @@ def test_exit_summary_names_sampled_and_greedy_rounds(caplog: pytest.LogCaptureF
         "frozen_kv_mtp: 2 draft rounds (k=2: 2); 1 sampled their drafts, the others drafted "
         "greedily; 0 steps with k=0; 0 rounds without their CUDA graph"
     ) in caplog.text
+    assert spec.frozen_stats.graph_rounds == 2  # both rounds asked for their graph
+    # rounds that never asked for a graph (eager, V1) are not reported as 0 misses
+    eager = frozen_kv.DraftStats(rounds=2)
+    assert eager.summary().endswith("; no CUDA graph counts (eager rounds, or the V1 runner)")

@@ -30,7 +30,10 @@ class DraftStats:
     skipped_rounds: int = 0
     #: draft rounds per k (the k the scheduler asked for)
     rounds_by_k: dict[int, int] = dataclasses.field(default_factory=dict)
-    #: V2 rounds at a k whose CUDA graph was not captured (ran eagerly instead)
+    #: V2 rounds that asked for a whole-round CUDA graph (0 when eager, and on V1, whose
+    #: rounds this plugin does not dispatch)
+    graph_rounds: int = 0
+    #: of those, rounds at a k whose CUDA graph was not captured (ran eagerly instead)
     graph_misses: int = 0
     #: rounds whose drafts were sampled from the assistant (a batch with a sampled
     #: request, draft_sample_method "probabilistic"); the other rounds drafted greedily
@@ -45,9 +48,14 @@ class DraftStats:
         return (
             f"frozen_kv_mtp: {self.rounds} draft rounds ({per_k or 'none'}); "
             f"{self.sampled_rounds} sampled their drafts, the others drafted greedily; "
-            f"{self.skipped_rounds} steps with k=0; {self.graph_misses} rounds without "
-            "their CUDA graph"
+            f"{self.skipped_rounds} steps with k=0; {self._graphs()}"
         )
+
+    def _graphs(self) -> str:
+        # "0 rounds without their CUDA graph" would read as a pass where no graph was used
+        if not self.graph_rounds:
+            return "no CUDA graph counts (eager rounds, or the V1 runner)"
+        return f"{self.graph_misses} rounds without their CUDA graph"
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(dataclasses.asdict(self))

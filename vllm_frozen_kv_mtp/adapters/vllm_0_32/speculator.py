@@ -209,9 +209,10 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
                 dp_sync_state=batch_sync,
             )
             if self.decode_cudagraph_manager is not None:  # None while memory is profiled
-                wanted_full = batch_desc.cg_mode == CUDAGraphMode.FULL
+                wanted_full = batch_desc.cg_mode == CUDAGraphMode.FULL and not dummy_run
                 batch_desc = self.decode_cudagraph_manager.specialize_spec_tokens(batch_desc, k)
-                if wanted_full and batch_desc.cg_mode != CUDAGraphMode.FULL and not dummy_run:
+                self.frozen_stats.graph_rounds += wanted_full
+                if wanted_full and batch_desc.cg_mode != CUDAGraphMode.FULL:
                     self.frozen_stats.graph_misses += 1  # no graph for this k: eager round
             tokens_across_dp = batch_sync.num_tokens_across_dp if batch_sync is not None else None
 
