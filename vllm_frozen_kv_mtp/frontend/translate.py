@@ -14,7 +14,6 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from vllm_frozen_kv_mtp import METHOD
 from vllm_frozen_kv_mtp.adapters import active
 from vllm_frozen_kv_mtp.draft_length.request import describe_draft_length, requested_draft_length
 from vllm_frozen_kv_mtp.frontend.multimodal import check_image_inputs
@@ -23,6 +22,7 @@ from vllm_frozen_kv_mtp.frontend.pair import (
     missing_model_fix,
     validate_pair,
 )
+from vllm_frozen_kv_mtp.identity import METHOD
 from vllm_frozen_kv_mtp.options import (
     ADDITIONAL_CONFIG_KEY,
     AUTO_K,
