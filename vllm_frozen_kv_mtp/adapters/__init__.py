@@ -103,6 +103,8 @@ def check_vllm_version(version: str) -> None:
 
 
 def installed_vllm_version() -> str:
+    """The installed vLLM's version (``vllm.version``: importing it loads no engine), or
+    ``VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION`` where set."""
     override = os.environ.get("VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION")
     if override:  # test hook: exercise the window check without another vLLM install
         return override
