@@ -15,8 +15,6 @@ from tools.vllm_source import ClassInfo, FunctionNode, Signature, VllmSource, si
 PACKAGE = Path(__file__).resolve().parents[1] / "vllm_frozen_kv_mtp"
 #: the package's modules that import vLLM's private names for the rest of it
 ADAPTERS = "vllm_frozen_kv_mtp.adapters."
-#: the module the rest of the package reads them through (``active.<role>.<name>``)
-ACTIVE = "vllm_frozen_kv_mtp.adapters.active"
 
 #: classes the plugin builds at run time over a vLLM class it receives as an argument
 DYNAMIC_BASES = {
