@@ -802,6 +802,10 @@ RUN_KINDS = {
 }
 
 
+#: the prompt length of the headline tables (rows timed before ``prompt_len`` existed)
+SHORT_PROMPT = 128
+
+
 def by_run_kind(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Rows split by how they were timed, by their ``label`` (one run on one host) and by
     their ``device`` (the card). Kinds, labels and cards differ by more than the settings
@@ -818,10 +822,6 @@ def by_run_kind(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             kind += f", {r['prompt_len']}-token prompts"
         out.setdefault(kind, []).append(r)
     return out
-
-
-#: the prompt length of the headline tables (rows timed before ``prompt_len`` existed)
-SHORT_PROMPT = 128
 
 
 def draft_share_table(rows: list[dict[str, Any]]) -> str:
