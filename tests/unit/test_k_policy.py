@@ -215,6 +215,8 @@ def test_acceptance_is_non_increasing_and_extrapolated() -> None:
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError):
         PolicySettings(k_max=0)
+    with pytest.raises(ValueError):
+        PolicySettings(k_max=4, min_evidence=0.0)
 
 
 #: E4B prose at c=256 on the H200, where the host sets the pace: pinned k = 0..3 measured
@@ -422,3 +424,29 @@ def test_a_shallower_k_that_commits_as_much_is_taken_without_the_margin() -> Non
     policy.current = policy.held = 1
     ks = simulate(policy, [0.0] * 4, cost, steps=600, batch=4)
     assert ks[-300:].count(0) >= 0.9 * 300, policy.summary()
+
+
+def test_rejected_drafts_outweigh_the_prior_when_k1_reads_nearly_free() -> None:
+    """Every draft rejected, k = 0 held through the tail of a closed batch (one request),
+    and a busy host's cost fit reading k = 1 at 1.01x k = 0 for the next full batch of
+    four. The prior of the first position's acceptance must not outweigh hundreds of
+    rejected drafts: at full weight it read a_1 = 1.2 / 66 at the evidence floor, so
+    k = 1 won the new batch by 0.8% and was then held for some 150 steps (a_1 stayed
+    above the 0.5% under which k = 0 needs no margin), every one of its drafts rejected."""
+    policy = GoodputPolicy(PolicySettings(k_max=4))
+    cost = {0: 10.0, 1: 10.1, 2: 12.0, 3: 13.5, 4: 15.0}
+    for _ in range(9):  # k = 0 and 1 compared, both ways, at the full batch
+        for k in (1, 0, 1):
+            for _ in range(6):
+                policy.cost.now += 1
+                policy.observe_step(4, k, cost[k])
+    assert policy.cost.curve(cell_of(4))[1] == pytest.approx(1.01, abs=1e-3)
+    policy.acceptance.observe(4, 0, count=256)  # the earlier batches: nothing accepted
+    for _ in range(200):  # then a long stretch at k = 0: the evidence sits at its floor
+        policy.acceptance.decay(drafting=False)
+    policy.current = policy.held = 0
+    assert policy.choose(1) == 0  # the closed batch's tail holds k = 0 for one request
+    ks = simulate(policy, [0.0] * 4, cost, steps=360, batch=4)
+    assert ks.count(0) >= 0.9 * len(ks), policy.summary()
+    runs = [len(list(g)) for k, g in itertools.groupby(ks) if k]
+    assert max(runs) <= policy.settings.explore_steps, runs  # probes and explorations only

@@ -106,14 +106,22 @@ class AcceptanceEstimate:
         """``[a_1, ..., a_kmax]``, non-increasing in i (a later draft is only accepted
         if every earlier one was): the product of the conditional rates, each shrunk
         towards the one before it (``prior_acceptance`` for the first) by
-        ``prior_weight`` rounds; a position not reached lately carries that rate on."""
+        ``prior_weight`` rounds, a weight that fades to nothing as the rounds that
+        reached the position grow to ``min_evidence``; a position not reached lately
+        carries that rate on."""
         s = self.s
         out: list[float] = []
         a, rate = 1.0, s.prior_acceptance
         for i in range(1, s.k_max + 1):
-            seen = self.reached[i] + s.prior_weight
+            reached = self.reached[i]
+            # The prior stands in for evidence, not beside it: at full weight it kept a_1
+            # at 1.2 / 66 with every draft rejected (while k = 0 the evidence floor holds
+            # 64 rounds), above the 0.5% under which k = 0 commits as much as k = 1, and
+            # a cost fit read flat on a busy host then held k = 1 for 150 steps.
+            w = s.prior_weight * max(0.0, 1.0 - reached / s.min_evidence)
+            seen = reached + w
             if seen > 0:
-                rate = min(1.0, (self.accepted[i] + s.prior_weight * rate) / seen)
+                rate = min(1.0, (self.accepted[i] + w * rate) / seen)
             a *= rate
             out.append(a)
         return out

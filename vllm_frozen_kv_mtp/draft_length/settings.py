@@ -23,12 +23,13 @@ class PolicySettings:
     acceptance_memory_rounds: float = 256.0
     #: while k = 0, forgetting stops at this many drafts of evidence per position: the
     #: last measured acceptance stands (probes refresh it) instead of sliding back to
-    #: the optimistic prior and pulling k up with no new evidence (at 64 the prior's
-    #: share, prior_weight x prior_acceptance / 64, stays under the hysteresis)
+    #: the optimistic prior and pulling k up with no new evidence; the prior's weight
+    #: is gone by then (below)
     min_evidence: float = 64.0
     #: prior acceptance of position i before any draft was verified: prior**i
     prior_acceptance: float = 0.6
-    #: weight, in drafts, of that prior
+    #: weight, in drafts, of that prior (and of the lean of a position on the one
+    #: before it), fading to nothing as the position's rounds grow to min_evidence
     prior_weight: float = 2.0
     #: a pair of k's relative cost is the median of this many latest comparisons (and a
     #: key's reported step time the median of as many latest steps)
@@ -86,3 +87,5 @@ class PolicySettings:
     def __post_init__(self) -> None:
         if self.k_max < 1:
             raise ValueError("k_max must be >= 1")
+        if self.min_evidence <= 0:
+            raise ValueError("min_evidence must be > 0")
