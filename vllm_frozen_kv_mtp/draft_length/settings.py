@@ -23,8 +23,9 @@ class PolicySettings:
     acceptance_memory_rounds: float = 256.0
     #: while k = 0, forgetting stops at this many drafts of evidence per position: the
     #: last measured acceptance stands (probes refresh it) instead of sliding back to
-    #: the optimistic prior and pulling k up with no new evidence; the prior's weight
-    #: is gone by then (below)
+    #: the optimistic prior and pulling k up with no new evidence; the first position's
+    #: prior weighs nothing by then (below: a deeper position, reached in fewer rounds
+    #: than drafted, still leans on the one before it)
     min_evidence: float = 64.0
     #: prior acceptance of position i before any draft was verified: prior**i
     prior_acceptance: float = 0.6
