@@ -153,7 +153,9 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
         round_module, "top_tokens", lambda model, h, head: seen.append(head) or h[:, 0]
     )
     monkeypatch.setattr(
-        upstream_class(cls), "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
+        upstream_class(cls),
+        "sample_draft",
+        lambda self, h, *a, **k: seen.append("upstream") or h[:, 0].long(),
     )
     monkeypatch.setattr(round_module, "_LOGGED_HEADS", set())
     logged: list[str] = []
@@ -167,7 +169,7 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
     spec.acceptance_estimator = None
     spec.model = _model(torch.float32, None)
     h = torch.zeros(rows, DIM)
-    args = (h, None, None, None, None, None)
+    args = (h, None, torch.arange(rows), None, None, None)
     try:
         spec.sample_draft(*args, None)
         spec.sample_draft(*args, torch.zeros(rows, VOCAB))  # draft logits wanted: vLLM's path

@@ -139,7 +139,9 @@ def test_v2_sample_draft_uses_the_dense_head(monkeypatch: pytest.MonkeyPatch) ->
 
     seen: list[str] = []
     monkeypatch.setattr(
-        upstream_class(cls), "sample_draft", lambda self, h, *a, **k: seen.append("upstream")
+        upstream_class(cls),
+        "sample_draft",
+        lambda self, h, *a, **k: seen.append("upstream") or h[:, 0].long(),
     )
 
     class Head:
@@ -156,7 +158,7 @@ def test_v2_sample_draft_uses_the_dense_head(monkeypatch: pytest.MonkeyPatch) ->
     head = Head()
     spec.frozen_dense_head = head
     h = torch.arange(6.0).view(3, 2)
-    args = (h, None, None, None, None, None)
+    args = (h, None, torch.arange(3), None, None, None)
     assert spec.sample_draft(*args, None).tolist() == [0, 2, 4]
     spec.sample_draft(*args, torch.zeros(3, 8))  # draft logits wanted: vLLM's path
     head.failed = True

@@ -272,5 +272,19 @@ class FrozenRound(_Gemma4Speculator):
                 return tokens
         return None
 
+    @staticmethod
+    def _padding_rows_draft_token_zero(
+        tokens: torch.Tensor, idx_mapping: torch.Tensor
+    ) -> torch.Tensor:
+        """Draft tokens with every graph-padding row (``idx_mapping`` -1) set to token 0.
+
+        The whole round runs in one graph over the padded batch, so a padding row's draft
+        is the next step's input id. vLLM 0.32's Triton split-KV attention writes NaN into
+        padding rows (0.33 skips them), and the Triton argmax of Gumbel sampling returns
+        the vocabulary size for an all-NaN row: the next step's embedding lookup would
+        then index out of bounds, a device assert that ends the engine. Real rows are
+        untouched; one elementwise kernel a step."""
+        return tokens.masked_fill(idx_mapping[: tokens.shape[0]] < 0, 0)
+
     def _kv_checksum(self) -> str:
         return target_kv_checksum(self.vllm_config)

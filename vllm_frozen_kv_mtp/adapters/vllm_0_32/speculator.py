@@ -341,16 +341,16 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
         # Greedy drafts from the plugin's heads where they apply (FrozenRound), else
         # vLLM's own sampler.
         tokens = self._frozen_greedy_draft(hidden_states, draft_logits)
-        if tokens is not None:
-            return tokens
-        return super().sample_draft(
-            hidden_states,
-            sample_src_positions,
-            idx_mapping,
-            temperature,
-            seeds,
-            draft_step,
-            draft_logits,
-            spec_step_idx,
-            **({"num_steps": num_steps} if num_steps != 1 else {}),
-        )
+        if tokens is None:
+            tokens = super().sample_draft(
+                hidden_states,
+                sample_src_positions,
+                idx_mapping,
+                temperature,
+                seeds,
+                draft_step,
+                draft_logits,
+                spec_step_idx,
+                **({"num_steps": num_steps} if num_steps != 1 else {}),
+            )
+        return self._padding_rows_draft_token_zero(tokens, idx_mapping)
