@@ -176,11 +176,15 @@ def test_a_draining_batch_makes_no_comparison() -> None:
     assert cost.relative(cell_of(90))[3] == pytest.approx(1.5, rel=FIT)
 
 
-def test_a_small_batch_compares_across_a_request_or_two() -> None:
+def test_a_small_batch_compares_across_one_request_not_two() -> None:
+    """A steady server's batch moves by a request; a closed batch draining by two of
+    eight moves a long-context step by as much as a draft does."""
     cost = StepCost(PolicySettings(k_max=3))
     _run(cost, 1, [0.010] * 5, batch=8)
-    _run(cost, 3, [0.012] * 5, batch=6)  # two requests fewer: still the same batch
+    _run(cost, 3, [0.012] * 5, batch=7)  # one request fewer: still the same batch
     assert cost.relative(C8)[3] == pytest.approx(1.2, rel=FIT)
+    _run(cost, 1, [0.009] * 5, batch=5)  # two fewer: no comparison
+    assert cost.comparisons(C8, 1) == 1
 
 
 def test_a_pair_not_compared_lately_is_outvoted_by_fresh_pairs() -> None:

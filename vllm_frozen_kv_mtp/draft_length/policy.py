@@ -35,7 +35,9 @@ and then it tries a k near the best for a few steps and returns to the k it hold
 compare that k's cost again: a k once costed too high is otherwise never chosen, so
 never corrected. A neighbour of the best k never compared in its cell is
 tried as soon as the held k has steps enough to compare with (a closed batch's full
-stretch lasts a few dozen steps). A k about to be held on the strength of one try is
+stretch lasts a few dozen steps), and so, at any distance, is a k that no chain of
+comparisons links to the held k: the smooth prior would place it across a step in the
+real curve as if there were none. A k about to be held on the strength of one try is
 tried once more, from the held k. Of k within a quarter of the hysteresis of the best,
 the shallowest is taken, and a shallower k that commits as many tokens as the held one
 needs no margin to be taken: costs are monotone in k, so no error in them can make it
@@ -296,17 +298,26 @@ class GoodputPolicy:
 
     def _neighbour_to_measure(self, c: Cell, best: int, never_only: bool = False) -> int | None:
         """The k within ``explore_span`` of the best whose cost is the oldest (never
-        measured first, then the nearest): every stale one gets its turn.
-        ``never_only``: only a k never compared in this cell."""
-        span = self.settings.explore_span
+        measured first, then the nearest): every stale one gets its turn. Beyond the
+        span, a k that no chain of comparisons links to the held k, nearest first: its
+        cost against the held k is the prior's guess, which hides a step in the curve
+        (held at k = 6 with 4..7 compared, k = 3 continued their slope and so never
+        looked worth a try, where the curve stepped up 17% from 3 to 4).
+        ``never_only``: only a k never compared in this cell, or not linked."""
+        s = self.settings
+        linked = self.cost.linked(c, self.held)
         near = [
             k
-            for d in range(1, span + 1)
+            for d in range(1, s.k_max + 1)
             for k in (best + d, best - d)
-            if 0 <= k <= self.settings.k_max
+            if 0 <= k <= s.k_max
             and k != self.held  # a try of the held k compares nothing
-            and self.cost.needs_sample(c, k)
-            and not (never_only and self.cost.last_measured(c, k) >= 0)
+            and (
+                k not in linked
+                or d <= s.explore_span
+                and self.cost.needs_sample(c, k)
+                and not (never_only and self.cost.last_measured(c, k) >= 0)
+            )
         ]
         if not near:
             return None

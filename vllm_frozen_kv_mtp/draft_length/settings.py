@@ -40,8 +40,8 @@ class PolicySettings:
     #: steps between the two sides beyond which a comparison is not made: the host may
     #: have changed meanwhile (a change of k leaves one or two unclean steps)
     edge_gap_steps: int = 4
-    #: steps compare only while the batch size stays within this fraction (or two
-    #: requests): the step time of a draining batch falls with it, whatever k does
+    #: steps compare only while the batch size stays within this fraction (or one
+    #: request): the step time of a draining batch falls with it, whatever k does
     edge_batch_tolerance: float = 0.05
     #: clean steps dropped after k changes: the step loop overlaps a step's host work
     #: with the next one's, so the first step at a new k still carries some of the old

@@ -151,9 +151,11 @@ class StepCost:
 
     def _same_batch(self, a: int, b: int) -> bool:
         """Batch sizes close enough that their steps compare: within the tolerance, or
-        two requests (a small batch's step barely moves with one request more or less,
-        and a steady server's batch moves by a request or two)."""
-        return abs(a - b) <= max(2.0, self.s.edge_batch_tolerance * max(a, b))
+        one request (a steady server's batch moves by a request). Not two: where each
+        request reads a long context, one request of eight moves the step by 2-4%, as
+        much as a draft, and a closed batch's tail compared at 6 requests against 8
+        read k = 4 as no dearer than k = 3 (truly 17% dearer)."""
+        return abs(a - b) <= max(1.0, self.s.edge_batch_tolerance * max(a, b))
 
     def _add_edge(self) -> None:
         self._edge_due = False
@@ -275,6 +277,23 @@ class StepCost:
             if k in (i, j):
                 n += sum(1 for step, _ in values if step >= self.now - self.s.stale_after_steps)
         return n
+
+    def linked(self, c: Cell, k: int) -> set[int]:
+        """The k whose cost relative to ``k`` rests on a chain of comparisons (fresh or
+        stale) in this cell, ``k`` included. The fit places any other k against it by
+        the prior curve alone, which is smooth: a step in the real curve between two
+        groups of k never compared with each other (a kernel tile or graph-size
+        threshold) is spread over the k around it."""
+        pairs = self.edges.get(c, {})
+        seen, todo = {k}, [k]
+        while todo:
+            a = todo.pop()
+            for i, j in pairs:
+                for x, y in ((i, j), (j, i)):
+                    if x == a and y not in seen:
+                        seen.add(y)
+                        todo.append(y)
+        return seen
 
     def needs_sample(self, c: Cell, k: int) -> bool:
         """Never compared with another k, or compared long ago."""
