@@ -143,9 +143,8 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
     names (``auto`` resolved per bucket size), and sends "upstream" and any round that
     needs draft logits to vLLM's own ``sample_draft``."""
     import vllm_frozen_kv_mtp.drafters.seed_round as round_module
-    from tests.utils.v2_speculator import upstream_class
+    from tests.utils.v2_speculator import sampling_speculator, upstream_class
     from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator as cls
-    from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
     seen: list[str] = []
     monkeypatch.setattr(round_module, "fused_head_supported", lambda n: fused_ok)
@@ -164,10 +163,7 @@ def test_v2_sample_draft_scores_with_the_chosen_head(
     round_module.logger.addHandler(handler)
     level = round_module.logger.level
     round_module.logger.setLevel(logging.INFO)
-    spec = object.__new__(cls)  # not through the registry's dispatching __new__
-    spec.frozen_options = FrozenKVOptions(centroid_head=option)
-    spec.acceptance_estimator = None
-    spec.model = _model(torch.float32, None)
+    spec = sampling_speculator(_model(torch.float32, None), centroid_head=option)
     h = torch.zeros(rows, DIM)
     args = (h, None, torch.arange(rows), None, None, None)
     try:

@@ -133,9 +133,8 @@ def test_v2_sample_draft_uses_the_dense_head(monkeypatch: pytest.MonkeyPatch) ->
     """``FrozenKVMTPSpeculator.sample_draft`` drafts a greedy round of a dense assistant
     with the prepared head; a round that needs draft logits, and a head whose launch
     failed (``top_tokens`` None), go to vLLM's own ``sample_draft``."""
-    from tests.utils.v2_speculator import upstream_class
+    from tests.utils.v2_speculator import sampling_speculator, upstream_class
     from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator as cls
-    from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
     seen: list[str] = []
     monkeypatch.setattr(
@@ -151,10 +150,7 @@ def test_v2_sample_draft_uses_the_dense_head(monkeypatch: pytest.MonkeyPatch) ->
             seen.append("dense")
             return None if self.failed else h[:, 0].long()
 
-    spec = object.__new__(cls)  # not through the registry's dispatching __new__
-    spec.frozen_options = FrozenKVOptions(dense_head="fp8")
-    spec.acceptance_estimator = None
-    spec.model = SimpleNamespace(masked_embedding=None)
+    spec = sampling_speculator(SimpleNamespace(masked_embedding=None), dense_head="fp8")
     head = Head()
     spec.frozen_dense_head = head
     h = torch.arange(6.0).view(3, 2)

@@ -10,6 +10,7 @@ vocabulary size: the next step's embedding lookup then asserted on the device
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -17,19 +18,14 @@ import torch
 VOCAB = 512
 
 
-def _speculator(monkeypatch: pytest.MonkeyPatch, upstream_tokens: torch.Tensor) -> object:
-    from tests.utils.v2_speculator import upstream_class
+def _speculator(monkeypatch: pytest.MonkeyPatch, upstream_tokens: torch.Tensor) -> Any:
+    from tests.utils.v2_speculator import sampling_speculator, upstream_class
     from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator as cls
-    from vllm_frozen_kv_mtp.options import FrozenKVOptions
 
     monkeypatch.setattr(
         upstream_class(cls), "sample_draft", lambda self, h, *a, **k: upstream_tokens.clone()
     )
-    spec = object.__new__(cls)  # not through the registry's dispatching __new__
-    spec.frozen_options = FrozenKVOptions()
-    spec.acceptance_estimator = None
-    spec.model = SimpleNamespace(masked_embedding=None)
-    return spec
+    return sampling_speculator(SimpleNamespace(masked_embedding=None))
 
 
 def test_sampled_round_padding_rows_draft_token_zero(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,7 +36,7 @@ def test_sampled_round_padding_rows_draft_token_zero(monkeypatch: pytest.MonkeyP
     idx_mapping = torch.tensor([5, 2, -1, -1])
     h = torch.zeros(4, 8)
     draft_logits = torch.zeros(8, 2, VOCAB)
-    out = spec.sample_draft(h, None, idx_mapping, None, None, None, draft_logits)  # type: ignore[attr-defined]
+    out = spec.sample_draft(h, None, idx_mapping, None, None, None, draft_logits)
     assert out.tolist() == [7, 3, 0, 0]
 
 
@@ -48,7 +44,7 @@ def test_real_rows_keep_every_token(monkeypatch: pytest.MonkeyPatch) -> None:
     """No padding: the drafts pass through unchanged, the last vocabulary id included."""
     sampled = torch.tensor([VOCAB - 1, 0, 11])
     spec = _speculator(monkeypatch, sampled)
-    out = spec.sample_draft(  # type: ignore[attr-defined]
+    out = spec.sample_draft(
         torch.zeros(3, 8), None, torch.tensor([0, 1, 2]), None, None, None, torch.zeros(3, 2, VOCAB)
     )
     assert out.tolist() == [VOCAB - 1, 0, 11]
@@ -58,7 +54,5 @@ def test_dummy_round_drafts_token_zero_everywhere(monkeypatch: pytest.MonkeyPatc
     """A dummy round (warm-up, idle DP rank) marks every row -1: all draft token 0, so
     nothing it leaves in the input buffers can be out of range."""
     spec = _speculator(monkeypatch, torch.tensor([VOCAB, VOCAB, 4]))
-    out = spec.sample_draft(  # type: ignore[attr-defined]
-        torch.zeros(3, 8), None, torch.full((3,), -1), None, None, None, None
-    )
+    out = spec.sample_draft(torch.zeros(3, 8), None, torch.full((3,), -1), None, None, None, None)
     assert out.tolist() == [0, 0, 0]

@@ -51,6 +51,19 @@ def upstream_class(cls: type) -> type:
     return next(c for c in cls.__mro__ if c.__module__.split(".")[0] == "vllm")
 
 
+def sampling_speculator(model: Any, **options: Any) -> Any:
+    """A ``FrozenKVMTPSpeculator`` holding only what ``sample_draft`` reads: the options,
+    no acceptance estimator, and ``model`` (its heads)."""
+    from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator
+    from vllm_frozen_kv_mtp.options import FrozenKVOptions
+
+    spec: Any = object.__new__(FrozenKVMTPSpeculator)  # not the registry's dispatching __new__
+    spec.frozen_options = FrozenKVOptions(**options)
+    spec.acceptance_estimator = None
+    spec.model = model
+    return spec
+
+
 def stand_in_speculator(
     k: int, max_reqs: int, manager: Any, dp_size: int = 1, dp_rank: int = 0
 ) -> Any:
