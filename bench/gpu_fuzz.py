@@ -43,7 +43,7 @@ from devkit.serving.fuzz.cases import Case, Limits
 from devkit.serving.openai_server import ServerProcess, free_port, start_server
 
 #: the keys that make two rows the same experiment (a rerun replaces the old row)
-ROW_KEY = ("device", "card", "dtype", "runner", "async_scheduling", "graphs", "compile")
+ROW_KEY = ("device", "card", "vllm", "dtype", "runner", "async_scheduling", "graphs", "compile")
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 #: seconds between the stats probe's lines
 STATS_INTERVAL_S = 2.0

@@ -274,10 +274,11 @@ def test_checks_pass_and_each_one_fails_alone() -> None:
     assert "greedy_compared" not in _checks(compare=False, summary=_summary(greedy_compared=0))
 
 
-def _row(dtype: str, card: str, n: int) -> dict[str, Any]:
+def _row(dtype: str, card: str, n: int, vllm: str = "0.33.0") -> dict[str, Any]:
     return {
         "device": "gpu",
         "card": card,
+        "vllm": vllm,
         "dtype": dtype,
         "runner": "v2",
         "async_scheduling": True,
@@ -294,6 +295,14 @@ def test_merge_rows_replaces_the_same_experiment_only() -> None:
     doc = gpu_fuzz.merge_rows(doc, _row("float32", "H100", 2))
     got = [(r["card"], r["dtype"], r["requests"]) for r in doc["rows"]]
     assert got == [("H100", "bfloat16", 1), ("H100", "float32", 2), ("H200", "float32", 1)]
+
+
+def test_merge_rows_keeps_one_row_per_vllm_version() -> None:
+    doc = gpu_fuzz.merge_rows(None, _row("bfloat16", "H100", 1, vllm="0.33.0"))
+    doc = gpu_fuzz.merge_rows(doc, _row("bfloat16", "H100", 2, vllm="0.32.0"))
+    doc = gpu_fuzz.merge_rows(doc, _row("bfloat16", "H100", 3, vllm="0.32.0"))
+    got = [(r["vllm"], r["requests"]) for r in doc["rows"]]
+    assert got == [("0.32.0", 3), ("0.33.0", 1)]
 
 
 def test_row_carries_mode_counts_and_the_summary(monkeypatch: pytest.MonkeyPatch) -> None:
