@@ -29,6 +29,7 @@ from tests.e2e.test_sampling_distribution import (
 )
 from tests.gpu import GRAPH_KW
 from tests.utils.engine import clear_margin_case, drafter, engine, outputs, spec_metrics
+from vllm_frozen_kv_mtp.adapters import active
 
 pytestmark = [
     pytest.mark.gpu,
@@ -54,11 +55,23 @@ def _spec(assistant: str, variant: str, k: int = 2) -> dict[str, Any]:
     }
 
 
+def _skip_where_block_is_refused(variant: str, target: str, assistant: str) -> None:
+    """vLLM 0.32's block verification does not keep the target distribution (it failed
+    the chi-square test below), so the config is refused there: check that, then skip."""
+    if VARIANTS[variant][1] != "block" or active.frontend.block_verification_lossless():
+        return
+    with pytest.raises(Exception, match="is not lossless on vLLM"):
+        with engine(target, _spec(assistant, variant)):
+            pass
+    pytest.skip("block verification is refused before vLLM 0.33")
+
+
 @pytest.fixture(scope="module", params=list(VARIANTS))
 def oracle_llm(request: Any) -> Iterator[tuple[str, Any]]:
     if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0":
         pytest.skip("block verification and this q are Model Runner V2's")
     target, assistant = pair("fp32-oracle")
+    _skip_where_block_is_refused(request.param, target, assistant)
     with engine(target, _spec(assistant, request.param), max_num_seqs=64, **GRAPH_KW) as llm:
         assert llm.llm_engine.vllm_config.use_v2_model_runner
         yield request.param, llm
@@ -91,6 +104,7 @@ def test_v2_greedy_requests_identical_with_sampling_options(runner: str, variant
     from vllm import SamplingParams
 
     target, assistant, prompts, extra = clear_margin_case("trained")
+    _skip_where_block_is_refused(variant, target, assistant)
     prompts = prompts[:16]
     greedy = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
     sampled = SamplingParams(temperature=1.0, top_p=0.95, top_k=64, max_tokens=48, ignore_eos=True)

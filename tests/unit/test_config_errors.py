@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, pair
+from vllm_frozen_kv_mtp.adapters import active
+from vllm_frozen_kv_mtp.frontend.translate import _check_rejection_method
 from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
 
@@ -514,6 +516,36 @@ def test_block_verification_refused_on_the_cpu_runner(fp32: tuple[str, str]) -> 
         "without saying so",
         "drop rejection_sample_method",
     )
+
+
+@pytest.mark.parametrize(
+    ("version", "lossless"), [("0.32.0", False), ("0.33.0", True), ("0.33.1.dev3+gabc", True)]
+)
+def test_block_verification_is_lossless_from_vllm_0_33(
+    monkeypatch: pytest.MonkeyPatch, version: str, lossless: bool
+) -> None:
+    monkeypatch.setenv("VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION", version)
+    assert active.frontend.block_verification_lossless() is lossless
+
+
+def test_block_verification_refused_on_vllm_0_32(
+    fp32: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU, vLLM 0.32's block verification reuses a position's acceptance uniform
+    in the next round: the chi-square test of tests/gpu/test_gpu_sampling.py failed
+    there under two seeds of three. The GPU is stood in for; the engine config is real."""
+    target, assistant = fp32
+    monkeypatch.setattr(active.frontend, "on_cpu", lambda: False)
+    monkeypatch.setenv("VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION", "0.32.0")
+    _refused(
+        target,
+        _spec(assistant, num_speculative_tokens=3, rejection_sample_method="block"),
+        'rejection_sample_method="block" is not lossless on vLLM 0.32.0',
+        "fixed in vLLM 0.33",
+        "upgrade to vLLM 0.33",
+    )
+    monkeypatch.setenv("VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION", "0.33.0")
+    _check_rejection_method({"rejection_sample_method": "block"})  # 0.33: accepted
 
 
 @pytest.mark.parametrize("value", ["blocks", "Standard", "typical"])

@@ -64,8 +64,8 @@ USER_KEYS: dict[str, KeyHelp] = {
     ),
     "rejection_sample_method": KeyHelp(
         '"standard"',
-        f'{_one_of(REJECTION_METHODS)}; "block" on Model Runner V2 only, "synthetic" for '
-        "benchmarks on dummy weights (GPU only)",
+        f'{_one_of(REJECTION_METHODS)}; "block" on Model Runner V2 and vLLM >= 0.33 only, '
+        '"synthetic" for benchmarks on dummy weights (GPU only)',
     ),
     "synthetic_acceptance_rates": KeyHelp(
         "none", 'per-position acceptance for rejection_sample_method="synthetic"'

@@ -14,7 +14,7 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from vllm_frozen_kv_mtp.adapters import active
+from vllm_frozen_kv_mtp.adapters import active, installed_vllm_version
 from vllm_frozen_kv_mtp.draft_length.request import describe_draft_length, requested_draft_length
 from vllm_frozen_kv_mtp.frontend.multimodal import check_image_inputs
 from vllm_frozen_kv_mtp.frontend.pair import (
@@ -271,6 +271,16 @@ def _check_rejection_method(cfg: dict[str, Any]) -> None:
             '"standard" without saying so.',
             "run on a GPU with Model Runner V2 (the default; unset VLLM_USE_V2_MODEL_RUNNER=0), "
             "or drop rejection_sample_method.",
+        )
+    if method == "block" and not active.frontend.block_verification_lossless():
+        raise FrozenKVMTPConfigError(
+            'rejection_sample_method="block" is not lossless on vLLM '
+            f"{installed_vllm_version()}: its block verification reuses a draft "
+            "position's acceptance uniform in the next round, after it has rejected, so "
+            "sampled requests drift from the target distribution (fixed in vLLM "
+            f"{active.frontend.BLOCK_VERIFICATION_LOSSLESS_FROM}).",
+            "upgrade to vLLM 0.33 (`pip install -e '.[gpu]'`), or drop "
+            'rejection_sample_method (vLLM\'s "standard" ratio test is lossless here).',
         )
 
 

@@ -16,6 +16,29 @@ def on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
+#: The first release whose block verification keeps the target distribution: from it on,
+#: each draft step draws its acceptance uniform from its own stream (``spec_step_seed``).
+BLOCK_VERIFICATION_LOSSLESS_FROM = "0.33"
+
+
+def block_verification_lossless() -> bool:
+    """Whether this vLLM's block verification keeps the target distribution.
+
+    vLLM 0.32's block verification draws the acceptance uniform of a draft position from
+    ``(seed, position)`` and, unlike the standard ratio test, reads it at every position
+    of the round, past the first rejection. The next round verifies those positions
+    again with the same uniforms, now known to have rejected, so sampled requests drift
+    from the target distribution (the chi-square test of ``tests/gpu/test_gpu_sampling.py``
+    fails at temperature 1.0 with greedy drafts). vLLM 0.33 mixes the draft step into
+    the seed. Upstream ``mtp`` shares the kernel."""
+    from packaging.version import Version
+
+    from vllm_frozen_kv_mtp.adapters import installed_vllm_version
+
+    release = Version(Version(installed_vllm_version()).base_version)
+    return release >= Version(BLOCK_VERIFICATION_LOSSLESS_FROM)
+
+
 def v1_runner_forced() -> bool:
     """The user turned Model Runner V2 off (``VLLM_USE_V2_MODEL_RUNNER=0``). Where vLLM
     picks the V1 runner by itself, the V1 proposer refuses V2-only options when built."""
