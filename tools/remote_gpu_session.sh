@@ -3,7 +3,7 @@
 # (setsid) so that a plan longer than one command fits hosts whose commands are limited
 # to N minutes: `start` returns at once and each `wait` follows the plan for a while.
 # Run from a checkout on that host with vLLM for CUDA installed; SESSION_ENV names a shell
-# file sourced first to set the environment up (default .gpu/part2/env.sh, if present).
+# file sourced first to set the environment up (default tools/offline_gpu/host/env_vllm.sh, if present).
 #
 #   bash tools/remote_gpu_session.sh start        # launch the plan, return at once
 #     (env: E4B_METHODS, method strings (bench/method.py) in run order, e.g.
@@ -43,7 +43,7 @@
 # bench/results keeps).
 set -u
 W=${SESSION_DIR:-/tmp/h200} # SESSION_DIR: tests only
-ENV_SH=${SESSION_ENV:-.gpu/part2/env.sh}
+ENV_SH=${SESSION_ENV:-tools/offline_gpu/host/env_vllm.sh}
 REPO=$(pwd)
 
 skip_log() { # skip_log NAME: mark a skipped step without clobbering the log of an
