@@ -279,7 +279,7 @@ def _check_rejection_method(cfg: dict[str, Any]) -> None:
             "position's acceptance uniform in the next round, after it has rejected, so "
             "sampled requests drift from the target distribution (fixed in vLLM "
             f"{active.frontend.BLOCK_VERIFICATION_LOSSLESS_FROM}).",
-            "upgrade to vLLM 0.33 (`pip install -e '.[gpu]'`), or drop "
+            "upgrade to vLLM 0.33 (`pip install 'vllm==0.33.*'`), or drop "
             'rejection_sample_method (vLLM\'s "standard" ratio test is lossless here).',
         )
 
