@@ -102,29 +102,34 @@ class FrozenRound(_Gemma4Speculator):
         self.frozen_options = options
         logger.info("frozen_kv_mtp: Model Runner V2 speculator active (one seed row per request)")
         buffer = self._draft_logits_buffer
-        if buffer is not None:
-            # vLLM's probabilistic path: each step's logits are cached (pre-temperature)
-            # for the rejection sampler's q, and drafts are Gumbel-sampled from them.
-            logger.info(
-                "frozen_kv_mtp: sampled drafts for batches with a sampled request "
-                "(draft_sample_method='probabilistic'); all-greedy batches draft greedily. "
-                "The draft logits take max_num_seqs x k x vocab = %s %s, %.1f MiB, "
-                "allocated at start-up; sampled rounds compute full-vocabulary logits",
-                " x ".join(str(n) for n in buffer.shape),
-                str(buffer.dtype).removeprefix("torch."),
-                buffer.numel() * buffer.element_size() / 2**20,
-            )
-            for name, is_set in (
-                ("centroid_head", options.centroid_head not in ("auto", "upstream")),
-                ("dense_head", options.dense_head != "upstream"),
-            ):
-                if is_set:
-                    logger.info(
-                        "frozen_kv_mtp: %s=%r scores greedy rounds only: sampled drafts "
-                        "come from vLLM's full-vocabulary logits",
-                        name,
-                        getattr(options, name),
-                    )
+        if buffer is not None:  # vLLM 0.32/0.33 allocate it here; 0.34 in load_model
+            self._log_sampled_drafts(buffer)
+
+    def _log_sampled_drafts(self, buffer: torch.Tensor) -> None:
+        """Say once, where vLLM allocates the draft logits, what sampled drafts cost."""
+        options = self.frozen_options
+        # vLLM's probabilistic path: each step's logits are cached (pre-temperature)
+        # for the rejection sampler's q, and drafts are Gumbel-sampled from them.
+        logger.info(
+            "frozen_kv_mtp: sampled drafts for batches with a sampled request "
+            "(draft_sample_method='probabilistic'); all-greedy batches draft greedily. "
+            "The draft logits take max_num_seqs x k x vocab = %s %s, %.1f MiB, "
+            "allocated at start-up; sampled rounds compute full-vocabulary logits",
+            " x ".join(str(n) for n in buffer.shape),
+            str(buffer.dtype).removeprefix("torch."),
+            buffer.numel() * buffer.element_size() / 2**20,
+        )
+        for name, is_set in (
+            ("centroid_head", options.centroid_head not in ("auto", "upstream")),
+            ("dense_head", options.dense_head != "upstream"),
+        ):
+            if is_set:
+                logger.info(
+                    "frozen_kv_mtp: %s=%r scores greedy rounds only: sampled drafts "
+                    "come from vLLM's full-vocabulary logits",
+                    name,
+                    getattr(options, name),
+                )
 
     # ---- load-time guarantees -------------------------------------------------
 

@@ -13,6 +13,7 @@ subclasses this class in the next adapter and overrides what the release changed
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -21,9 +22,6 @@ from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
 from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
 from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
-from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
-    SpeculatorBatchDescriptor,
-)
 
 from vllm_frozen_kv_mtp.draft_length.stand_in import runnable_draft_lengths
 from vllm_frozen_kv_mtp.drafters.kv_guard import KVWriteError
@@ -47,9 +45,13 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
         sampled = self.decode_cudagraph_manager
         if self._draft_logits_buffer is not None and sampled is not None:
             # Same class, mode and sizes: greedy rounds replay graphs of their own.
-            self.greedy_cudagraph_manager = type(sampled)(
-                self.vllm_config, self.device, sampled.cudagraph_mode, decode_query_len=1
-            )
+            self.greedy_cudagraph_manager = self._new_round_graphs(sampled.cudagraph_mode)
+
+    def _new_round_graphs(self, cudagraph_mode: CUDAGraphMode) -> Any:
+        """A whole-round graph manager built as upstream builds the drafter's decode one
+        (the constructor changes between releases: the next adapter overrides this)."""
+        sampled = self.decode_cudagraph_manager
+        return type(sampled)(self.vllm_config, self.device, cudagraph_mode, decode_query_len=1)
 
     def capture(self) -> None:
         # Mirrors the decode half of TargetDependentARSpeculator.capture (hash-pinned):
@@ -57,8 +59,7 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
         # round family (sampled, greedy).
         assert self.decode_cudagraph_manager is not None
         logger.info("frozen_kv_mtp: capturing whole-round draft CUDA graphs")
-        self.last_token_indices.zero_()
-        self.idx_mapping.zero_()
+        self._capture_prologue()
         self.on_multi_step_decode_begin(self.max_num_reqs)
         families = [False]
         if self.greedy_cudagraph_manager is not None:
@@ -89,16 +90,27 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
         self._greedy_round = False
         self.on_multi_step_decode_end(self.max_num_reqs)
 
+    def _capture_prologue(self) -> None:
+        """The buffer state upstream's ``capture`` sets before its graphs (this release's)."""
+        self.last_token_indices.zero_()
+        self.idx_mapping.zero_()
+
     def _specialize_capture_descs(self) -> None:
         """One whole-round graph per (batch bucket, k) for every k > 0 the policy can pick.
 
         Mirrors ``SpeculatorCudaGraphManager.capture(specialize_spec_tokens=True)``
-        (vllm/v1/worker/gpu/spec_decode/target_dependent_ar/cudagraph_utils.py), which
+        (``.../spec_decode/target_dependent_ar/cudagraph_utils.py``; 0.34:
+        ``.../spec_decode/autoregressive/cudagraph_utils.py``), which
         leaves k = 1 out: upstream's k = 1 round has no decode step. Here the seed step
         is a decode step, so k = 1 gets its graph too.
         """
         manager = self.decode_cudagraph_manager
         assert manager is not None
+        # The descriptor class lives beside the manager's class, whose module moves
+        # between releases (``...target_dependent_ar.cudagraph_utils`` on 0.32/0.33,
+        # ``...autoregressive.cudagraph_utils`` on 0.34): read it from there, so this
+        # module imports nothing a later release lacks.
+        descriptor_cls = sys.modules[type(manager).__module__].SpeculatorBatchDescriptor
         ks = [
             k
             for k in runnable_draft_lengths(
@@ -111,9 +123,7 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
         ]
         manager._capture_descs = {
             mode: [
-                SpeculatorBatchDescriptor(**vars(desc), num_speculative_tokens=k)
-                for desc in descs
-                for k in ks
+                descriptor_cls(**vars(desc), num_speculative_tokens=k) for desc in descs for k in ks
             ]
             for mode, descs in manager._capture_descs.items()
         }
