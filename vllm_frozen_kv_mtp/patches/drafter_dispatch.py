@@ -3,7 +3,7 @@
 Registry entries (generated from ``patches/__init__.py``; edit them there):
 
 Patch 2: ``vllm.v1.spec_decode.gemma4.Gemma4Proposer.__new__`` (V1 runner, also vLLM's
-    CPU runner)
+    CPU runner; vLLM < 0.34)
 Why: ``GPUModelRunner.__init__`` picks the drafter class from a hard-coded if/elif chain
     over the speculative config, and later asserts ``isinstance(drafter,
     Gemma4Proposer)`` against that same class.

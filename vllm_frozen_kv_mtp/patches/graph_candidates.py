@@ -11,7 +11,7 @@ capture ceiling) still apply.
 Registry entries (generated from ``patches/__init__.py``; edit them there):
 
 Patch 6: ``vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager._init_candidates`` (Model
-    Runner V2, k that varies: ``"auto"`` or a batch-size schedule)
+    Runner V2, k that varies: ``"auto"`` or a batch-size schedule; vLLM < 0.34)
 Why: vLLM captures a FULL graph per (batch bucket, query length) when k varies, but
     gives each token count the graphs of the smallest captured size at or above it only.
     A uniform batch whose length has no graph at that size runs without a FULL graph
@@ -31,6 +31,22 @@ Upstream: not filed in vllm-project/vllm yet (v1/worker/gpu/cudagraph_utils.py,
 Remove when: vLLM's candidates cover every captured query length per token count (0.34
     looks graphs up per query length), and the goodput scheduler can name its k's to
     vLLM without a stand-in schedule.
+
+Patch 6b: ``vllm.config.vllm.VllmConfig.get_decode_cudagraph_query_lens`` (Model Runner
+    V2, ``"auto"``; vLLM >= 0.34)
+Why: vLLM 0.34 sizes each verify query length's FULL graphs from the batch-size
+    schedule: a query length ``k + 1`` gets graphs up to the widest batch size the
+    schedule gives that k. Under ``"auto"`` the schedule is a stand-in that puts k_max
+    at 1 request, k_max - 1 at 2, ..., so a large batch verifying many drafts would find
+    no FULL graph, and k's past ``max_num_seqs - 1`` none at all, though the goodput
+    scheduler picks any k in 0..k_max at any batch size.
+How: wrap the method. Under ``"auto"`` (this engine's frozen_kv_mtp options), return
+    every query length ``k + n`` (k in 0..k_max, n the new tokens a step samples) mapped
+    to ``max_num_seqs``; the target's graphs then cover every k at every captured batch
+    size. Any other engine, and a query length with no drafts, gets vLLM's answer.
+Upstream: not filed in vllm-project/vllm yet (a speculative-config list of the k's a
+    scheduler may pick would remove the stand-in schedule).
+Remove when: the goodput scheduler can name its k's to vLLM without a stand-in schedule.
 """
 
 from __future__ import annotations
@@ -70,6 +86,40 @@ def _patch_uniform_graph_candidates(mod: ModuleType) -> None:
         return _init_candidates
 
     wrap_once(mod.CudaGraphManager, "_init_candidates", with_uniform_fallbacks)
+
+
+def _patch_decode_query_lens(mod: ModuleType) -> None:
+    def with_every_k(original: Callable[..., dict[int, int]]) -> Callable[..., dict[int, int]]:
+        def get_decode_cudagraph_query_lens(self: Any, decode_query_len: int) -> dict[int, int]:
+            from vllm_frozen_kv_mtp.options import AUTO_K, options_from_vllm_config
+
+            options = options_from_vllm_config(self)
+            lens = original(self, decode_query_len)
+            if options is None or options.k_policy != AUTO_K:
+                return lens
+            return every_k_query_lens(
+                lens,
+                decode_query_len,
+                self.num_speculative_tokens,
+                self.scheduler_config.max_num_seqs,
+            )
+
+        return get_decode_cudagraph_query_lens
+
+    wrap_once(mod.VllmConfig, "get_decode_cudagraph_query_lens", with_every_k)
+
+
+def every_k_query_lens(
+    lens: dict[int, int], decode_query_len: int, k_max: int, max_num_seqs: int
+) -> dict[int, int]:
+    """vLLM's query length -> widest batch table (``lens``, for the widest query length
+    ``decode_query_len``) with every k in 0..k_max at every batch size: ``{k + n:
+    max_num_seqs}``, n the new tokens a decode step samples. A query length with no
+    drafts (n <= 0) keeps vLLM's table. Pure: tested on CPU."""
+    num_new = decode_query_len - k_max
+    if num_new <= 0:
+        return lens
+    return {k + num_new: max_num_seqs for k in range(k_max + 1)}
 
 
 @contextmanager
