@@ -8,8 +8,10 @@ directory (a bare clone), whose ``vllm/**.py`` at ``--rev`` (default HEAD) are e
 into ``.vllm-src/main@<commit>/``. A checkout has no version, so the first argument labels
 it (with the commit where git knows it).
 
-Either way it checks that every ``vllm`` import of the plugin resolves in those sources and
-runs tests/unit/test_vllm_surface.py against them. Nothing is imported from that tree and
+Either way it checks that every ``vllm`` import of the plugin modules the adapter serving
+that release runs (``tools.plugin_surface.adapter_for_tree``; the newest adapter for a tree
+of another release) resolves in those sources, and runs tests/unit/test_vllm_surface.py
+against them with that adapter's tables. Nothing is imported from that tree and
 no GPU is needed.
 """
 
@@ -25,7 +27,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from tools.plugin_surface import import_problems, plugin_modules, vllm_imports
+from tools.plugin_surface import adapter_for_tree, import_problems, plugin_modules, vllm_imports
 from tools.vllm_source import VLLM_LABEL_ENV, VLLM_SRC_ENV, VllmSource
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     shown = root.relative_to(REPO) if root.is_relative_to(REPO) else root
     print(f"vLLM {src.version} sources: {shown}")
 
-    imports = vllm_imports(plugin_modules())
+    adapter = adapter_for_tree(src.version)
+    print(f"adapter: {adapter} (the plugin modules a vLLM it serves runs)")
+    imports = vllm_imports(plugin_modules(adapter=adapter))
     problems = import_problems(src, imports)
     distinct = len({(i.module, i.name) for i in imports})
     print(f"static import check: {len(imports)} vllm imports ({distinct} distinct), "

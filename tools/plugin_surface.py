@@ -39,13 +39,73 @@ class PluginClass:
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted vLLM path
 
 
-def plugin_modules(package: Path = PACKAGE) -> dict[str, ast.Module]:
+def plugin_modules(package: Path = PACKAGE, adapter: str | None = None) -> dict[str, ast.Module]:
+    """The plugin's modules by dotted name. With ``adapter`` (a package name such as
+    ``vllm_0_34``), those a vLLM that adapter serves runs: the other adapter packages'
+    modules are left out unless this one imports them, and so is every module that
+    reads, at import, a role this adapter does not have (the V1 drafter's, from 0.34), or
+    imports such a module at import."""
     out = {}
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package.parent).with_suffix("")
         name = ".".join(rel.parts).removesuffix(".__init__")
         out[name] = ast.parse(path.read_text(), filename=str(path))
+    return out if adapter is None else _serving(out, adapter)
+
+
+def _import_time_nodes(tree: ast.Module) -> Iterator[ast.AST]:
+    """The nodes of a module that run when it is imported (function bodies do not)."""
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _imported_plugin_modules(tree: ast.Module, modules: dict[str, ast.Module]) -> set[str]:
+    """Plugin modules a module imports at import (``from x import y``: x, and x.y where
+    y is a module)."""
+    out = set()
+    for node in _import_time_nodes(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module in modules:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names} & set(modules)
     return out
+
+
+def _serving(modules: dict[str, ast.Module], adapter: str) -> dict[str, ast.Module]:
+    own = f"{ADAPTERS}{adapter}"
+    roles = {m.removeprefix(f"{own}.") for m in modules if m.startswith(f"{own}.")}
+    # other adapters' modules: only those this one imports, transitively
+    keep = {m for m in modules if not m.startswith(ADAPTERS + "vllm_") or m.startswith(own)}
+    todo = [m for m in keep if m.startswith(own)]
+    while todo:
+        for dep in _imported_plugin_modules(modules[todo.pop()], modules):
+            if dep not in keep:
+                keep.add(dep)
+                todo.append(dep)
+    # modules that read a role this adapter lacks at import, and their importers
+    gone = set()
+    for name in keep:
+        for node in _import_time_nodes(modules[name]):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("active", "bound_drafters")
+                and node.attr not in roles
+                and not node.attr.startswith("_")
+            ):
+                gone.add(name)
+    changed = True
+    while changed:
+        changed = False
+        for name in keep - gone:
+            if _imported_plugin_modules(modules[name], modules) & gone:
+                gone.add(name)
+                changed = True
+    return {m: t for m, t in modules.items() if m in keep - gone}
 
 
 def vllm_imports(modules: dict[str, ast.Module]) -> list[VllmImport]:
@@ -74,24 +134,60 @@ def import_problems(src: VllmSource, imports: list[VllmImport]) -> list[str]:
     return problems
 
 
-def adapter_table(package: Path = PACKAGE) -> dict[str, str]:
-    """``adapters.ADAPTERS`` (vLLM minor release -> adapter package), read from its source."""
+def adapter_table(package: Path = PACKAGE, name: str = "ADAPTERS") -> dict[str, str]:
+    """``adapters.ADAPTERS`` (vLLM minor release -> adapter package), or another table of
+    that module (``UNTESTED_ADAPTERS``), read from its source."""
     tree = ast.parse((package / "adapters" / "__init__.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.AnnAssign | ast.Assign):
             targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
-            if any(isinstance(t, ast.Name) and t.id == "ADAPTERS" for t in targets):
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 assert node.value is not None
                 return dict(ast.literal_eval(node.value))
-    raise LookupError("adapters/__init__.py defines no ADAPTERS table")
+    raise LookupError(f"adapters/__init__.py defines no {name} table")
+
+
+def _release_key(release: str) -> tuple[int, int]:
+    major, minor = release.split(".")[:2]
+    return int(major), int(minor)
+
+
+def all_adapters(package: Path = PACKAGE) -> dict[str, str]:
+    """Every release with an adapter, tested or not (``ADAPTERS`` and
+    ``UNTESTED_ADAPTERS``), oldest first."""
+    table = {**adapter_table(package), **adapter_table(package, "UNTESTED_ADAPTERS")}
+    return dict(sorted(table.items(), key=lambda kv: _release_key(kv[0])))
+
+
+def adapter_for_tree(version: str, package: Path = PACKAGE) -> str:
+    """The adapter package (``vllm_0_34``) whose release a vLLM tree of ``version`` is, or
+    the newest adapter for a tree of another or no release (``main@<commit>``, 0.35.0):
+    a port starts from the newest adapter."""
+    table = all_adapters(package)
+    try:
+        release = ".".join(version.split("+")[0].split(".")[:2])
+        _release_key(release)
+    except ValueError:
+        release = ""
+    return table.get(release) or table[list(table)[-1]]
 
 
 def newest_adapter(package: Path = PACKAGE) -> str:
-    """The adapter package serving the newest release in the table: the one ``active``
-    stands for here (one adapter serves every supported release today)."""
-    table = adapter_table(package)
-    newest = max(table, key=lambda r: tuple(int(p) for p in r.split(".")))
-    return f"{ADAPTERS}{table[newest]}"
+    """The newest adapter package (untested ones included), dotted."""
+    table = all_adapters(package)
+    return f"{ADAPTERS}{table[list(table)[-1]]}"
+
+
+def _adapter_of(modules: dict[str, ast.Module]) -> str:
+    """The adapter ``active`` stands for in ``modules``: the newest adapter package they
+    hold (:func:`plugin_modules` with an adapter holds it and the older ones it imports;
+    without, every adapter)."""
+    present = [
+        f"{ADAPTERS}{a}"
+        for a in dict.fromkeys(all_adapters().values())
+        if f"{ADAPTERS}{a}" in modules
+    ]
+    return present[-1] if present else newest_adapter()
 
 
 def _active_read(node: ast.expr, active: set[str]) -> tuple[str, str] | None:
@@ -132,13 +228,15 @@ def _local_imports(
                 active |= {a.asname or a.name for a in node.names if a.name == "active"}
     if modules is None or not active:
         return out
-    adapter = newest_adapter()
+    adapter = _adapter_of(modules)
 
     def resolve(node: ast.expr) -> str | None:
         read = _active_read(node, active)
         if read is None:
             return None
         role, name = read
+        if f"{adapter}.{role}" not in modules:  # a role this release lacks (V1, 0.34)
+            return None
         return _local_imports(modules[f"{adapter}.{role}"], modules).get(name)
 
     for node in ast.walk(tree):
@@ -163,26 +261,54 @@ def _name(node: ast.expr) -> str | None:
 
 def _plugin_bases(
     mod: str, tree: ast.Module, modules: dict[str, ast.Module]
-) -> dict[str, ast.ClassDef]:
-    """Plugin classes a module can name as a base: its own, and those it imports from
-    another plugin module (a version-neutral drafter mixin, for an adapter's class)."""
-    out = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+) -> dict[str, tuple[str, ast.ClassDef]]:
+    """Plugin classes a module can name as a base, with the module defining each: its
+    own, those it imports from another plugin module (a version-neutral drafter mixin,
+    for an adapter's class), and ``alias.Class`` of a plugin module it imports as
+    ``alias`` (the previous adapter's class, for the next adapter's)."""
+
+    def defs(module: str) -> dict[str, ast.ClassDef]:
+        return {n.name: n for n in modules[module].body if isinstance(n, ast.ClassDef)}
+
+    out = {n.name: (mod, n) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and not node.level and node.module in modules:
-            defs = {n.name: n for n in modules[node.module].body if isinstance(n, ast.ClassDef)}
-            for alias in node.names:
-                if alias.name in defs and node.module != mod:
-                    out[alias.asname or alias.name] = defs[alias.name]
+        if not (isinstance(node, ast.ImportFrom) and not node.level and node.module):
+            continue
+        for alias in node.names:
+            local = alias.asname or alias.name
+            submodule = f"{node.module}.{alias.name}"
+            if submodule in modules:
+                for cls_name, cls in defs(submodule).items():
+                    out[f"{local}.{cls_name}"] = (submodule, cls)
+            elif node.module in modules and node.module != mod:
+                found = defs(node.module).get(alias.name)
+                if found is not None:
+                    out[local] = (node.module, found)
     return out
 
 
-def _with_mixins(node: ast.ClassDef, local: dict[str, ast.ClassDef]) -> ast.ClassDef:
-    """``node`` with the bodies of its plugin bases (mixins) folded in, the class's own
-    definitions last so that they win."""
-    mixins = [local[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in local]
+def _base_classes(
+    node: ast.ClassDef, mod: str, modules: dict[str, ast.Module]
+) -> list[tuple[str, ast.ClassDef]]:
+    """The plugin classes ``node`` (defined in ``mod``) names as bases."""
+    local = _plugin_bases(mod, modules[mod], modules)
+    return [local[n] for b in node.bases if (n := _name(b)) in local]
+
+
+def _with_mixins(node: ast.ClassDef, mod: str, modules: dict[str, ast.Module]) -> ast.ClassDef:
+    """``node`` with the bodies of its plugin bases (mixins, or the previous adapter's
+    class) folded in, less the methods the class overrides, the class's own definitions
+    last so that they win."""
+    mixins = _base_classes(node, mod, modules)
     if not mixins:
         return node
-    body = [stmt for m in reversed(mixins) for stmt in _with_mixins(m, local).body]
+    own = set(methods(node))
+    body = [
+        stmt
+        for base_mod, base in reversed(mixins)
+        for stmt in _with_mixins(base, base_mod, modules).body
+        if not (isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name in own)
+    ]
     merged = ast.ClassDef(
         name=node.name,
         bases=node.bases,
@@ -193,18 +319,35 @@ def _with_mixins(node: ast.ClassDef, local: dict[str, ast.ClassDef]) -> ast.Clas
     return ast.copy_location(merged, node)
 
 
+def _vllm_bases(
+    node: ast.ClassDef, mod: str, modules: dict[str, ast.Module]
+) -> tuple[list[str], dict[str, str]]:
+    """The dotted vLLM classes ``node`` subclasses, straight or through its plugin bases,
+    and the vLLM names its module and its plugin bases' modules import."""
+    imports = _local_imports(modules[mod], modules)
+    bases = [imports[n] for b in node.bases if (n := _name(b)) in imports]
+    for base_mod, base in _base_classes(node, mod, modules):
+        more, more_imports = _vllm_bases(base, base_mod, modules)
+        bases += [b for b in more if b not in bases]
+        imports = {**more_imports, **imports}
+    return bases, imports
+
+
 def plugin_classes(modules: dict[str, ast.Module]) -> list[PluginClass]:
+    """The plugin classes with a vLLM base. An older adapter's class that the adapter of
+    ``modules`` subclasses is read through that subclass only (alone it never runs there)."""
     out = []
+    adapter = _adapter_of(modules)
     for mod, tree in modules.items():
-        imports = _local_imports(tree, modules)
+        if mod.startswith(ADAPTERS + "vllm_") and not mod.startswith(f"{adapter}."):
+            continue
         own = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-        bases_by_name = _plugin_bases(mod, tree, modules)
         for node in own.values():
-            bases = [imports[n] for b in node.bases if (n := _name(b)) in imports]
+            bases, imports = _vllm_bases(node, mod, modules)
             if node.name in DYNAMIC_BASES:
                 bases.append(DYNAMIC_BASES[node.name])
             if bases:
-                merged = _with_mixins(node, bases_by_name)
+                merged = _with_mixins(node, mod, modules)
                 out.append(PluginClass(f"{mod}.{node.name}", merged, bases, imports))
     return out
 

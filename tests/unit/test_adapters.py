@@ -21,6 +21,8 @@ from vllm_frozen_kv_mtp import (
 )
 from vllm_frozen_kv_mtp.adapters import (
     ADAPTERS,
+    ALLOW_UNTESTED_ENV,
+    UNTESTED_ADAPTERS,
     active,
     adapter_for,
     bound_drafters,
@@ -33,6 +35,8 @@ PLUGIN = "vllm_frozen_kv_mtp"
 #: the modules that import vLLM when imported: the adapter's bound classes and helpers, and
 #: the modules that bind them at their top. Every other module imports none.
 VLLM_AT_IMPORT = {
+    f"{PLUGIN}.adapters.vllm_0_34.scheduler",
+    f"{PLUGIN}.adapters.vllm_0_34.speculator",
     f"{PLUGIN}.adapters.vllm_0_32.proposer",
     f"{PLUGIN}.adapters.vllm_0_32.proposer_helpers",
     f"{PLUGIN}.adapters.vllm_0_32.scheduler",
@@ -66,7 +70,7 @@ def test_the_table_is_the_window_register_checks() -> None:
 
 def test_every_adapter_is_a_package_here() -> None:
     packages = {p.name for p in pkgutil.iter_modules(vllm_frozen_kv_mtp.adapters.__path__)}
-    assert set(ADAPTERS.values()) <= packages, packages
+    assert set(ADAPTERS.values()) | set(UNTESTED_ADAPTERS.values()) <= packages, packages
     assert {"active", "bound_drafters"} <= packages
 
 
@@ -147,3 +151,115 @@ def test_modules_that_need_no_vllm_import_none() -> None:
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.splitlines()[-1]) == []
+
+
+# ---- the untested window: vLLM 0.34 only where the maintainer's switch asks for it ----
+
+
+def test_untested_releases_lie_past_the_window() -> None:
+    assert not set(UNTESTED_ADAPTERS) & set(ADAPTERS)
+    _, high = supported_window()
+    assert all(_release(r) >= _release(high) for r in UNTESTED_ADAPTERS), UNTESTED_ADAPTERS
+    assert UNTESTED_ADAPTERS == {"0.34": "vllm_0_34"}
+
+
+def test_an_untested_release_is_refused_without_the_switch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for value in (None, "0", "true", ""):
+        if value is None:
+            monkeypatch.delenv(ALLOW_UNTESTED_ENV, raising=False)
+        else:
+            monkeypatch.setenv(ALLOW_UNTESTED_ENV, value)
+        with pytest.raises(UnsupportedVLLMVersion) as e:
+            adapter_for("0.34.0")
+        # the refusal names the window, and the switch only as a port test's
+        assert "<0.34" in str(e.value) and ALLOW_UNTESTED_ENV in str(e.value)
+    with pytest.raises(UnsupportedVLLMVersion) as e:
+        adapter_for("0.35.0")
+    assert ALLOW_UNTESTED_ENV not in str(e.value)
+
+
+@pytest.mark.parametrize("version", ["0.34.0", "0.34.2", "0.34.1.dev3+gabc", "0.34.0+cu130"])
+def test_the_switch_serves_an_untested_release_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, version: str
+) -> None:
+    import logging
+
+    import vllm_frozen_kv_mtp.adapters as adapters
+
+    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
+    monkeypatch.setattr(adapters, "_warned_untested", set())
+    logger = logging.getLogger("vllm.frozen_kv_mtp")
+    monkeypatch.setattr(logger, "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="vllm.frozen_kv_mtp"):
+        assert adapter_for(version) == "vllm_0_34"
+        check_vllm_version(version)  # register()'s check lets it through too
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings  # once per release
+    assert version in warnings[0] and "has not run on a GPU" in warnings[0]
+    assert ALLOW_UNTESTED_ENV in warnings[0]
+
+
+@pytest.mark.parametrize("version", ["0.35.0", "0.31.0", "garbage"])
+def test_the_switch_serves_only_untested_releases(
+    monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
+    with pytest.raises(UnsupportedVLLMVersion):
+        adapter_for(version)
+    # the window itself does not move
+    assert supported_window() == ("0.32.0", "0.34")
+    assert adapter_for("0.33.0") == "vllm_0_32"
+
+
+def test_the_0_34_front_end_reads_no_v1_runner_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 0.34 ``vllm.envs`` has no ``VLLM_USE_V2_MODEL_RUNNER`` (no V1 GPU runner): the
+    adapter answers False instead of reading it. Importing the 0.34 front end and
+    scheduler roles needs no 0.34 module; the speculator's does, so it is not read."""
+    monkeypatch.setenv("VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION", "0.34.0")
+    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
+    saved = active.__dict__.pop("frontend", None)
+    current.cache_clear()
+    try:
+        frontend = active.__getattr__("frontend")
+        assert frontend.__name__ == f"{PLUGIN}.adapters.vllm_0_34.frontend"
+        assert frontend.v1_runner_forced() is False
+        assert frontend.block_verification_lossless() is True
+        # no V1 runner on 0.34: the adapter has no proposer role
+        with pytest.raises(ModuleNotFoundError, match="vllm_0_34.proposer"):
+            bound_drafters.__getattr__("proposer")
+    finally:
+        current.cache_clear()
+        active.__dict__.pop("frontend", None)  # the 0.34 module, cached by the read
+        if saved is not None:
+            active.__dict__["frontend"] = saved
+
+
+def test_the_surface_check_reads_the_adapter_of_the_tree() -> None:
+    """``make check-vllm`` checks a tree against the adapter serving its release, over
+    the plugin modules a vLLM that adapter serves runs (tools/plugin_surface.py)."""
+    from tools.plugin_surface import adapter_for_tree, plugin_classes, plugin_modules
+
+    assert adapter_for_tree("0.32.0") == adapter_for_tree("0.33.0") == "vllm_0_32"
+    assert adapter_for_tree("0.34.0") == "vllm_0_34"
+    # a tree of no release, or past the adapters: the newest adapter (a port starts there)
+    assert adapter_for_tree("main@055e47c") == adapter_for_tree("0.35.0") == "vllm_0_34"
+
+    old = plugin_modules(adapter="vllm_0_32")
+    new = plugin_modules(adapter="vllm_0_34")
+    assert not any(".vllm_0_34" in m for m in old)
+    v1 = {f"{PLUGIN}.drafters.{m}" for m in ("proposer", "seed_proposer", "draft_q")}
+    assert v1 <= set(old) and not v1 & set(new)  # no V1 runner on 0.34
+    assert f"{PLUGIN}.adapters.vllm_0_32.proposer" not in new
+    assert f"{PLUGIN}.adapters.vllm_0_32.speculator" in new  # the 0.34 class subclasses it
+    speculators = [c for c in plugin_classes(new) if c.where.endswith("FrozenKVMTPSpeculator")]
+    assert [c.where for c in speculators] == [
+        f"{PLUGIN}.adapters.vllm_0_34.speculator.FrozenKVMTPSpeculator"
+    ]
+    (spec,) = speculators
+    body = {n.name for n in spec.node.body if hasattr(n, "name")}
+    # the 0.32 class's and FrozenRound's methods are folded in, the overrides win
+    assert {"_generate_fused_drafts", "_multi_step_decode", "sample_draft", "load_model"} <= body
+    propose = [n for n in spec.node.body if getattr(n, "name", "") == "propose"]
+    assert len(propose) == 1 and "_run_multi_step_decode" in ast.unparse(propose[0])

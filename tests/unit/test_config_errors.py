@@ -624,3 +624,99 @@ def test_sampled_drafts_with_synthetic_acceptance_refused() -> None:
     with pytest.raises(FrozenKVMTPConfigError, match="never reads the draft probabilities"):
         _check_draft_sample_method(cfg)
     _check_draft_sample_method({"rejection_sample_method": "synthetic"})  # greedy: fine
+
+
+def test_prefill_context_parallel_refused(fp32: tuple[str, str]) -> None:
+    """vLLM 0.34 lets the Gemma 4 drafter run with prefill context parallelism; the
+    frozen round's seed rows never go through vLLM's PCP manager."""
+    target, assistant = fp32
+    _refused(
+        target,
+        _spec(assistant, num_speculative_tokens=2),
+        "prefill_context_parallel_size=2 is not supported",
+        "drop --prefill-context-parallel-size",
+        prefill_context_parallel_size=2,
+    )
+
+
+def test_fly_verification_refused_until_tested(fp32: tuple[str, str]) -> None:
+    target, assistant = fp32
+    _refused(
+        target,
+        _spec(assistant, num_speculative_tokens=3, rejection_sample_method="fly"),
+        'rejection_sample_method="fly"',
+        "has not been tested",
+        '"standard"',
+    )
+
+
+@pytest.fixture
+def assume_0_34(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The front end as on vLLM 0.34 (the untested adapter, allowed), on a GPU: only the
+    adapter's front-end role is read, which imports no 0.34 module."""
+    from vllm_frozen_kv_mtp.adapters import ALLOW_UNTESTED_ENV, current
+
+    monkeypatch.setenv("VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION", "0.34.0")
+    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
+    saved = active.__dict__.pop("frontend", None)
+    current.cache_clear()
+    try:
+        frontend = active.__getattr__("frontend")
+        assert frontend.__name__.endswith(".vllm_0_34.frontend")
+        monkeypatch.setattr(frontend, "on_cpu", lambda: False)
+        yield frontend
+    finally:
+        current.cache_clear()
+        active.__dict__.pop("frontend", None)
+        if saved is not None:
+            active.__dict__["frontend"] = saved
+
+
+def _translate(target: str, spec: dict[str, Any], parallel: Any) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+
+    from vllm_frozen_kv_mtp.frontend.translate import translate_speculative_config
+
+    args = EngineArgs(model=target, max_model_len=512, speculative_config=spec)
+    return args, translate_speculative_config(args, args.create_model_config(), parallel)
+
+
+class _Parallel:
+    pipeline_parallel_size = 1
+    tensor_parallel_size = 1
+    data_parallel_size = 1
+    prefill_context_parallel_size = 1
+
+
+def test_0_34_refuses_prefill_context_parallel_and_fly(
+    fp32: tuple[str, str], assume_0_34: Any
+) -> None:
+    target, assistant = fp32
+
+    class PCP(_Parallel):  # a PCP engine cannot start here; the check reads the size
+        prefill_context_parallel_size = 4
+
+    with pytest.raises(FrozenKVMTPConfigError, match="prefill_context_parallel_size=4"):
+        _translate(target, _spec(assistant, num_speculative_tokens=2), PCP())
+    with pytest.raises(FrozenKVMTPConfigError, match='rejection_sample_method="fly"'):
+        _translate(
+            target,
+            _spec(assistant, num_speculative_tokens=2, rejection_sample_method="fly"),
+            _Parallel(),
+        )
+
+
+def test_0_34_accepts_block_verification_without_a_v1_runner_switch(
+    fp32: tuple[str, str], assume_0_34: Any
+) -> None:
+    """0.34's ``vllm.envs`` has no ``VLLM_USE_V2_MODEL_RUNNER``: reading it raised at
+    config time. The 0.34 adapter says no V1 runner is forced, and 0.34's block
+    verification is lossless (0.33's fix)."""
+    target, assistant = fp32
+    assert assume_0_34.v1_runner_forced() is False
+    args, ours = _translate(
+        target,
+        _spec(assistant, num_speculative_tokens=2, rejection_sample_method="block"),
+        _Parallel(),
+    )
+    assert ours and args.speculative_config["rejection_sample_method"] == "block"

@@ -11,11 +11,16 @@ it overrides (upstream's parameters must still bind), the ``self.`` attributes i
 from those parents, and its calls into parent methods and vLLM functions. Listed here by
 hand: attributes and methods of vLLM objects it is handed (batches, configs, layers, the
 model), and the upstream methods whose control flow it mirrors, pinned by hash.
+
+The tables are per adapter (:data:`SURFACES`): a tree is checked against the adapter
+that serves its release (``tools.plugin_surface.adapter_for_tree``; the newest for a tree
+of another release), and only the plugin modules that adapter runs are read.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -23,6 +28,7 @@ import pytest
 from tools.plugin_surface import (
     PACKAGE,
     PluginClass,
+    adapter_for_tree,
     methods,
     override_problems,
     own_attrs,
@@ -38,10 +44,29 @@ from tools.plugin_surface import function_calls as vllm_function_calls
 from tools.plugin_surface import import_problems as vllm_import_problems
 from tools.vllm_source import ClassInfo, VllmSource, signature, source_sha256
 
+
+@dataclass
+class Surface:
+    """What one adapter takes from the vLLM releases it serves."""
+
+    #: releases reviewed for this adapter
+    supported: tuple[str, ...]
+    #: the Model Runner V2 speculator class, and the V1 proposer class (None: no V1 runner)
+    v2: str
+    v1: str | None
+    mirrored: dict[tuple[str, str], tuple[str, dict[str, str]]] = field(default_factory=dict)
+    written_for_parent: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    reviewed_overrides: dict[tuple[str, str], str] = field(default_factory=dict)
+    object_attrs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    object_calls: dict[tuple[str, str], tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    module_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    patched_signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
 SUPPORTED = ("0.32.0", "0.33.0")
 
 V2 = "vllm_frozen_kv_mtp.adapters.vllm_0_32.speculator.FrozenKVMTPSpeculator"
-V1 = "vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer.FrozenKVMTPProposer"
+V1: str | None = "vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer.FrozenKVMTPProposer"
 
 #: upstream code whose control flow plugin code copies or relies on, pinned per vLLM
 #: version: (owner found from, method) -> (what to review, {version: sha256})
@@ -50,7 +75,7 @@ MIRRORED: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
 #: attributes the plugin writes for the parent to read (an upstream rename leaves them dead)
 WRITTEN_FOR_PARENT = {
     V2: ("draft_max_seq_len",),
-    V1: ("_centroids_sizes",),
+    "vllm_frozen_kv_mtp.adapters.vllm_0_32.proposer.FrozenKVMTPProposer": ("_centroids_sizes",),
 }
 
 #: override gaps reviewed and accepted: (plugin method, problem text) -> why it is safe
@@ -86,6 +111,8 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
     "vllm.config.compilation.CUDAGraphMode": ("FULL", "NONE"),
     "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils"
     ".SpeculatorCudaGraphManager": ("capture", "run_fullgraph", "specialize_spec_tokens"),
+    "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils"
+    ".SpeculatorBatchDescriptor": ("num_speculative_tokens",),
     "vllm.v1.worker.gpu.block_table.BlockTables": ("compute_slot_mappings",),
     "vllm.v1.worker.utils.AttentionGroup": ("kv_cache_spec", "metadata_builders", "layer_names"),
     "vllm.v1.kv_cache_interface.SlidingWindowSpec": ("sliding_window",),
@@ -168,6 +195,10 @@ MODULE_NAMES: dict[str, tuple[str, ...]] = {
     "vllm.v1.worker.gpu.cudagraph_utils": (
         "CUDAGraphMode", "CudaGraphManager", "build_dynamic_sd_schedule_lookup",
     ),
+    # _specialize_capture_descs reads the descriptor from the graph manager's module
+    "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils": (
+        "SpeculatorBatchDescriptor", "SpeculatorCudaGraphManager",
+    ),
     # adapters/vllm_0_32/frontend.v1_runner_forced
     "vllm.envs": ("VLLM_USE_V2_MODEL_RUNNER",),
 }  # fmt: skip
@@ -186,8 +217,14 @@ PATCHED_SIGNATURES = {
 }  # fmt: skip
 
 
-def _mirror(owner: str, method: str, review: str, shas: dict[str, str]) -> None:
-    MIRRORED[(owner, method)] = (review, shas)
+def _mirror(
+    owner: str,
+    method: str,
+    review: str,
+    shas: dict[str, str],
+    table: dict[tuple[str, str], tuple[str, dict[str, str]]] = MIRRORED,
+) -> None:
+    table[(owner, method)] = (review, shas)
 
 
 _TDAR = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator.TargetDependentARSpeculator"
@@ -289,6 +326,200 @@ _mirror(
 )  # fmt: skip
 
 
+SURFACES: dict[str, Surface] = {
+    "vllm_0_32": Surface(
+        SUPPORTED,
+        V2,
+        V1,
+        MIRRORED,
+        WRITTEN_FOR_PARENT,
+        REVIEWED_OVERRIDES,
+        OBJECT_ATTRS,
+        OBJECT_CALLS,
+        MODULE_NAMES,
+        PATCHED_SIGNATURES,
+    )
+}
+
+# ---- vLLM 0.34 (adapters/vllm_0_34): no V1 runner; Model Runner V2's autoregressive base ----
+
+_V2_034 = "vllm_frozen_kv_mtp.adapters.vllm_0_34.speculator.FrozenKVMTPSpeculator"
+_AR = "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator.AutoRegressiveSpeculator"
+_AR_GRAPHS = "vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils"
+_V1_ONLY = (
+    "vllm.v1.attention.backend.CommonAttentionMetadata",
+    "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils.SpeculatorCudaGraphManager",
+    "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils.SpeculatorBatchDescriptor",
+)
+_SURFACE_034 = Surface(
+    supported=("0.34.0",),
+    v2=_V2_034,
+    v1=None,
+    written_for_parent={_V2_034: ("draft_max_seq_len",)},
+    object_attrs={
+        **{k: v for k, v in OBJECT_ATTRS.items() if k not in _V1_ONLY},
+        # patch 6 does not apply: the candidates are not read
+        "vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager": (
+            "_capture_descs",
+            "vllm_config",
+            "dispatch",
+            "cudagraph_mode",
+            "max_num_reqs",
+        ),
+        f"{_AR_GRAPHS}.SpeculatorCudaGraphManager": (
+            "capture",
+            "run_fullgraph",
+            "specialize_spec_tokens",
+            "cudagraph_mode",
+        ),
+        f"{_AR_GRAPHS}.SpeculatorBatchDescriptor": ("num_speculative_tokens", "cg_mode"),
+        # M3: the draft-logits cache (load_model logs its values' size)
+        "vllm.v1.worker.gpu.spec_decode.draft_logits.DraftLogitsCache": (
+            "values",
+            "assign",
+            "row_mapping",
+        ),
+        # C2 and patch 6b
+        "vllm.config.vllm.VllmConfig": (
+            "get_decode_cudagraph_query_lens",
+            "get_draft_decode_cudagraph_request_sizes",
+            "num_speculative_tokens",
+            "scheduler_config",
+            "speculative_config",
+            "additional_config",
+        ),
+        # M4: refused at config time
+        "vllm.config.parallel.ParallelConfig": (
+            "prefill_context_parallel_size",
+            "pipeline_parallel_size",
+            "tensor_parallel_size",
+        ),
+    },
+    object_calls={
+        **{k: v for k, v in OBJECT_CALLS.items() if k[0] not in _V1_ONLY and k[1] != "__init__"},
+        (f"{_AR_GRAPHS}.SpeculatorCudaGraphManager", "capture"): (6, ("progress_bar_desc",)),
+        (f"{_AR_GRAPHS}.SpeculatorCudaGraphManager", "specialize_spec_tokens"): (2, ()),
+        # C2: _new_round_graphs builds the manager as AutoRegressiveSpeculator does
+        ("vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager", "__init__"): (
+            3,
+            ("decode_query_lens", "decode_request_sizes"),
+        ),
+        ("vllm.config.vllm.VllmConfig", "get_decode_cudagraph_query_lens"): (1, ()),
+        ("vllm.config.vllm.VllmConfig", "get_draft_decode_cudagraph_request_sizes"): (0, ()),
+    },
+    module_names={
+        # _specialize_capture_descs reads the descriptor from the graph manager's module
+        _AR_GRAPHS: ("SpeculatorBatchDescriptor", "SpeculatorCudaGraphManager"),
+        # patch 6b wraps a method of this class
+        "vllm.config.vllm": ("VllmConfig",),
+    },
+    patched_signatures={
+        **{
+            k: v
+            for k, v in PATCHED_SIGNATURES.items()
+            if not k.startswith("vllm.v1.sample.rejection_sampler.")
+        },
+        "vllm.config.vllm.VllmConfig.get_decode_cudagraph_query_lens": ("decode_query_len",),
+    },
+)
+SURFACES["vllm_0_34"] = _SURFACE_034
+_m034 = _SURFACE_034.mirrored
+_mirror(
+    _TDAR, "propose",
+    "FrozenKVMTPSpeculator.propose (adapters/vllm_0_34/speculator.py) replaces it: its "
+    "request-input copy and, from _run_multi_step_decode on, the same calls; review what "
+    "it gained (pcp_manager, EPLB) for the frozen round",
+    {"0.34.0": "5cabb97a8f1bd4d146b8c62eab0fe5f906f1331832fcfed5d8cf818ab7541f8e"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    _AR, "_run_multi_step_decode",
+    "FrozenKVMTPSpeculator.propose calls it (hook 4): the DP clamp and sync, the graph "
+    "dispatch, specialize_spec_tokens, then _prepare_decode_inputs with the clamped count "
+    "(the seed rows), the begin/end hooks and _run_fused_multi_step_decode or "
+    "_multi_step_decode",
+    {"0.34.0": "289d88e4d5ec16280e269429870fa30e3787940c06bf89e13cd4d5822decd3d2"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    _AR, "_run_fused_multi_step_decode",
+    "the frozen round relies on it: a FULL graph replays after _map_kernel_block_tables; "
+    "otherwise metadata is built once (step=1) and _fused_multi_step_decode runs, which "
+    "the adapter overrides with the seed step as step 0",
+    {"0.34.0": "043aa75da798ff891570ed8050b34728a13e80f1cd5e081ac9a74ef6356a53ff"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    _AR, "_fused_multi_step_decode",
+    "FrozenKVMTPSpeculator._fused_multi_step_decode runs the inherited "
+    "_generate_fused_drafts (adapters/vllm_0_32/speculator.py), a copy of this loop with "
+    "the seed step as step 0 and the metadata refreshed once",
+    {"0.34.0": "3a06e96828b1e08f0d93c888a3646320c4c0a4b3ff0930901d89aca1f9bc612c"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    _AR, "_multi_step_decode",
+    "the inherited FrozenKVMTPSpeculator._multi_step_decode (adapters/vllm_0_32) copies it "
+    "with the seed step as step 0 (metadata built once: positions constant)",
+    {"0.34.0": "d1cce2cfe561f9d31033d13c42e390656d97031619440cef5b5f5b987a790d5e"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    _AR, "capture",
+    "the inherited FrozenKVMTPSpeculator.capture copies its decode-graph capture (no "
+    "prefill graphs); _capture_prologue (adapters/vllm_0_34) copies its prologue",
+    {"0.34.0": "8d856176a7ac2796289c73bbfe6221cac91096bd03a5ac03314d0ecc3e34188e"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    _AR, "init_cudagraph_manager",
+    "FrozenKVMTPSpeculator._new_round_graphs (adapters/vllm_0_34) builds the greedy "
+    "family's manager (and the k = 1 one) as this builds the drafter's decode manager",
+    {"0.34.0": "b23fbbd8bcae30b7d59197ced57a509f86ab524fdb19d0f38d096c7f4a385a3a"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    f"{_AR_GRAPHS}.SpeculatorCudaGraphManager", "capture",
+    "FrozenKVMTPSpeculator._specialize_capture_descs copies its specialize_spec_tokens "
+    "block (one desc per k the engine may run, k = 1 kept) and writes _capture_descs; "
+    "its forward_fn gets num_speculative_steps when decode_query_len is 1",
+    {"0.34.0": "8941c38426597cef379a49cb1a42324ee724e42107e5bf0bebc0edd65659d502"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    _TDAR, "_configure_decode_metadata_update",
+    "FrozenKVMTPSpeculator._configure_decode_metadata_update skips it for "
+    "DraftModelSpeculator's (keeps in-graph refresh at k=1)",
+    {"0.34.0": "3fa4b10033e89e6e70f7bee88ea0c52e44dcd5cdca40e6850aef45ef62f40c68"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    "vllm.config.vllm.VllmConfig", "get_decode_cudagraph_query_lens",
+    "patches/graph_candidates.py (patch 6b) replaces its answer under \"auto\": query "
+    "lengths k + n for the new tokens n = decode_query_len - num_speculative_tokens",
+    {"0.34.0": "665ea3a13b947ba6af31ad0e12039a1c9da0625e08f9d9d7424bc16d6607da7f"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    "vllm.model_executor.layers.logits_processor.LogitsProcessor", "forward",
+    "patches/target_softcap.py re-implements its soft-cap branch over _get_logits",
+    {"0.34.0": "3b73c195b5648832d907186240bf706f9eb64ab2156929231a1bfc6873641ba4"},
+    _m034,
+)  # fmt: skip
+
+#: the adapter serving the tree under check, and its tables
+ADAPTER = adapter_for_tree(VllmSource().version)
+_S = SURFACES[ADAPTER]
+SUPPORTED, V2, V1 = _S.supported, _S.v2, _S.v1
+MIRRORED, WRITTEN_FOR_PARENT, REVIEWED_OVERRIDES = (
+    _S.mirrored,
+    _S.written_for_parent,
+    _S.reviewed_overrides,
+)
+OBJECT_ATTRS, OBJECT_CALLS = _S.object_attrs, _S.object_calls
+MODULE_NAMES, PATCHED_SIGNATURES = _S.module_names, _S.patched_signatures
+
+
 @pytest.fixture(scope="module")
 def src() -> VllmSource:
     return VllmSource()
@@ -296,7 +527,7 @@ def src() -> VllmSource:
 
 @pytest.fixture(scope="module")
 def modules() -> dict[str, ast.Module]:
-    return plugin_modules()
+    return plugin_modules(adapter=ADAPTER)
 
 
 def test_supported_version(src: VllmSource) -> None:
@@ -313,8 +544,16 @@ def test_vllm_imports_resolve(src: VllmSource, modules: dict[str, ast.Module]) -
     assert not problems, f"vLLM {src.version}:\n" + "\n".join(problems)
 
 
-def _patch_targets() -> list[tuple[str, str]]:
-    """(module, symbol) of every Patch(...) in the registry, read from its source."""
+def _patch_targets(version: str) -> list[tuple[str, str]]:
+    """(module, symbol) of every Patch(...) in the registry that applies to the vLLM
+    release ``version`` (its ``since`` and ``before``), read from its source. A tree of no
+    release (``main@<commit>``) counts as the newest release reviewed for its adapter."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        release = Version(Version(version.split("@")[0]).base_version)
+    except InvalidVersion:
+        release = Version(SUPPORTED[-1])
     tree = ast.parse((PACKAGE / "patches" / "__init__.py").read_text())
     out = []
     for n in ast.walk(tree):
@@ -322,12 +561,17 @@ def _patch_targets() -> list[tuple[str, str]]:
             kw = {k.arg: k.value for k in n.keywords}
             module, symbol = kw["module"], kw["symbol"]
             assert isinstance(module, ast.Constant) and isinstance(symbol, ast.Constant)
+            since, before = (kw.get(b) for b in ("since", "before"))
+            if isinstance(since, ast.Constant) and release < Version(str(since.value)):
+                continue
+            if isinstance(before, ast.Constant) and release >= Version(str(before.value)):
+                continue
             out.append((str(module.value), str(symbol.value)))
     return out
 
 
 def test_patch_targets_exist(src: VllmSource) -> None:
-    targets = _patch_targets()
+    targets = _patch_targets(src.version)
     assert len(targets) >= 5
     problems = []
     for module, symbol in targets:
@@ -391,7 +635,7 @@ def _with_bases(src: VllmSource, modules: dict[str, ast.Module]) -> list[PluginC
 
 def test_subclassed_vllm_classes_exist(src: VllmSource, modules: dict[str, ast.Module]) -> None:
     classes = plugin_classes(modules)
-    assert {V1, V2} <= {c.where for c in classes}
+    assert {V2} | ({V1} if V1 else set()) <= {c.where for c in classes}
     missing = [f"{c.where} subclasses {b}: gone" for c in classes for b in _missing_bases(src, c)]
     assert not missing, f"vLLM {src.version}:\n" + "\n".join(missing)
 

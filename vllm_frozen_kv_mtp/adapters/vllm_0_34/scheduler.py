@@ -1,0 +1,5 @@
+"""vLLM's engine-core schedulers: unchanged from 0.32/0.33 on 0.34."""
+
+from vllm_frozen_kv_mtp.adapters.vllm_0_32.scheduler import AsyncScheduler, Scheduler
+
+__all__ = ["AsyncScheduler", "Scheduler"]
