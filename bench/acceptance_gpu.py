@@ -28,6 +28,7 @@ from bench.acceptance_cpu import add_run_args, measure_temperatures
 from bench.engine import EngineSettings, speculative_config
 from bench.method import MethodError, MethodSpec, parse
 from devkit.fixtures.trained import ASSISTANTS, eval_prompts, trained_pair_paths
+from devkit.instrument import uses_v2_model_runner
 
 #: the two speculative_config keys a variant sets
 DRAFT, REJECTION = "draft_sample_method", "rejection_sample_method"
@@ -73,7 +74,7 @@ def measure(
         **GRAPH_KW,
     )
     try:
-        runner = "v2" if llm.llm_engine.vllm_config.use_v2_model_runner else "v1"
+        runner = "v2" if uses_v2_model_runner(llm.llm_engine.vllm_config) else "v1"
         tags = {
             "method": method,
             "draft_sample_method": draft,

@@ -194,8 +194,9 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     llm, spec = built.llm, built.spec
     load_s = time.time() - t0
     cfg = llm.llm_engine.vllm_config
-    runner = "v2" if cfg.use_v2_model_runner else "v1"
-    from devkit.instrument import drafter
+    from devkit.instrument import drafter, uses_v2_model_runner
+
+    runner = "v2" if uses_v2_model_runner(cfg) else "v1"
 
     # With TP>1 the drafter lives in worker processes: no draft-round timer then.
     timer = DraftTimer(drafter(llm)) if spec and args.tp == 1 else None

@@ -184,7 +184,9 @@ class Engine:
         self.graph_modes = self._count_verify_graph_modes() if self.tp == 1 else Counter()
         self.synthetic = synthetic and spec is not None
         cfg = self.llm.llm_engine.vllm_config
-        self.runner = "v2" if cfg.use_v2_model_runner else "v1"
+        from devkit.instrument import uses_v2_model_runner
+
+        self.runner = "v2" if uses_v2_model_runner(cfg) else "v1"
         self.async_ = bool(cfg.scheduler_config.async_scheduling)
         self.vocab = cfg.model_config.get_vocab_size()
         self.attention = self.llm.collective_rpc(attention_backends)[0]

@@ -27,6 +27,13 @@ def kernel_launches() -> dict[str, int]:
     return fallbacks.launches()
 
 
+def uses_v2_model_runner(vllm_config: Any) -> bool:
+    """Whether an engine runs Model Runner V2. vLLM 0.32/0.33 say so in
+    ``VllmConfig.use_v2_model_runner``; 0.34 dropped the V1 GPU runner and the field with
+    it, so an engine without the field runs V2."""
+    return bool(getattr(vllm_config, "use_v2_model_runner", True))
+
+
 def model_runner(llm: Any) -> Any:
     core = llm.llm_engine.engine_core.engine_core
     return core.model_executor.driver_worker.worker.model_runner

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from devkit.instrument import uses_v2_model_runner
 from tests.gpu import GRAPH_KW
 from tests.utils.engine import clear_margin_case, drafter, engine, engine_core, outputs
 
@@ -51,7 +52,7 @@ def test_changing_k_keeps_greedy_output_with_graphs(runner: str, policy: str) ->
     with engine(target, spec, **kw) as llm:
         cfg = llm.llm_engine.vllm_config
         assert cfg.scheduler_config.async_scheduling
-        assert cfg.use_v2_model_runner == (runner == "v2")
+        assert uses_v2_model_runner(cfg) == (runner == "v2")
         got = _run(llm, prompts)
         stats = drafter(llm).frozen_stats
         if policy == "auto":

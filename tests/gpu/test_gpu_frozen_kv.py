@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 import torch
 
-from devkit.instrument import acceptance, kernel_fallbacks, kernel_launches
+from devkit.instrument import (
+    acceptance,
+    kernel_fallbacks,
+    kernel_launches,
+    uses_v2_model_runner,
+)
 from tests.conftest import pair
 from tests.gpu import GRAPH_KW, KV_BYTES
 from tests.utils.engine import (
@@ -63,7 +68,7 @@ def test_greedy_identical_async_graphs(runner: str, variant: str) -> None:
     with engine(target, spec, **kw) as llm:
         cfg = llm.llm_engine.vllm_config
         assert cfg.scheduler_config.async_scheduling, "async scheduling must be on"
-        assert cfg.use_v2_model_runner == (runner == "v2")
+        assert uses_v2_model_runner(cfg) == (runner == "v2")
         d = drafter(llm)
         expected_cls = "FrozenKVMTPSpeculator" if runner == "v2" else "FrozenKVMTPProposer"
         assert type(d).__name__ == expected_cls

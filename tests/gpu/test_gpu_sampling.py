@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from devkit.instrument import acceptance
+from devkit.instrument import acceptance, uses_v2_model_runner
 from tests.conftest import pair
 from tests.e2e.test_sampling_distribution import (
     SAMPLED_SETTINGS,
@@ -73,7 +73,7 @@ def oracle_llm(request: Any) -> Iterator[tuple[str, Any]]:
     target, assistant = pair("fp32-oracle")
     _skip_where_block_is_refused(request.param, target, assistant)
     with engine(target, _spec(assistant, request.param), max_num_seqs=64, **GRAPH_KW) as llm:
-        assert llm.llm_engine.vllm_config.use_v2_model_runner
+        assert uses_v2_model_runner(llm.llm_engine.vllm_config)
         yield request.param, llm
 
 
