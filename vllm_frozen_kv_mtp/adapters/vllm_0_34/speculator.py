@@ -53,26 +53,10 @@ class FrozenKVMTPSpeculator(v0_32.FrozenKVMTPSpeculator):
 
     # ---- C3: one draft step --------------------------------------------------------
 
-    def _generate_draft(
-        self,
-        num_reqs: int,
-        num_tokens_padded: int,
-        attn_metadata: dict[str, Any] | None,
-        slot_mappings: dict[str, torch.Tensor] | None,
-        num_tokens_across_dp: torch.Tensor | None,
-        cudagraph_runtime_mode: CUDAGraphMode,
-        num_speculative_steps: int,
-    ) -> None:
-        """0.32's name for one draft step, which the inherited loops call: 0.34's ``_decode``."""
-        self._decode(
-            num_reqs,
-            num_tokens_padded,
-            attn_metadata,
-            slot_mappings,
-            num_tokens_across_dp,
-            cudagraph_runtime_mode,
-            num_speculative_steps,
-        )
+    def _generate_draft(self, *args: Any, **kwargs: Any) -> None:
+        """0.32's name for one draft step, which the inherited loops call: 0.34's
+        ``_decode``, same parameters."""
+        self._decode(*args, **kwargs)
 
     # ---- C4: the fused loop -----------------------------------------------------
 
