@@ -11,8 +11,10 @@ it (with the commit where git knows it).
 Either way it checks that every ``vllm`` import of the plugin modules the adapter serving
 that release runs (``tools.plugin_surface.adapter_for_tree``; the newest adapter for a tree
 of another release) resolves in those sources, and runs tests/unit/test_vllm_surface.py
-against them with that adapter's tables. Nothing is imported from that tree and
-no GPU is needed.
+against them with that adapter's tables. Nothing is imported from that tree there, and
+no GPU is needed. Then (unless ``--no-config``) ``tools/release_config.py`` runs the tree's
+own config code, over the venv's dependencies on the CPU platform, and builds the engine
+config of ``frozen_kv_mtp`` at k=4 and ``"auto"``: the config-time half of a port.
 """
 
 from __future__ import annotations
@@ -113,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tb", default="short", help="pytest traceback style (short, line, no, long)"
     )
+    parser.add_argument(
+        "--no-config",
+        action="store_true",
+        help="skip the config check (tools/release_config.py: the release's own Python)",
+    )
     args = parser.parse_args(argv)
 
     root, label = resolve_tree(args.version, args.src, args.rev)
@@ -137,7 +144,38 @@ def main(argv: list[str] | None = None) -> int:
     test = "tests/unit/test_vllm_surface.py"
     cmd = [sys.executable, "-m", "pytest", test, "-q", "-rfxs", f"--tb={args.tb}"]
     rc = subprocess.call(cmd, cwd=REPO, env=env)
-    return 1 if problems or rc else 0
+    config_rc = 0 if args.no_config else run_config_check(root)
+    return 1 if problems or rc or config_rc else 0
+
+
+def run_config_check(root: Path) -> int:
+    """tools/release_config.py over the release's sources in ``root`` (ahead of the venv's
+    vLLM, on the CPU platform, the untested window open): its exit code."""
+    from vllm_frozen_kv_mtp.adapters import ALLOW_UNTESTED_ENV
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]),
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_LOGGING_LEVEL": "ERROR",  # the answer, not vLLM's INFO log
+        "VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION": "",
+        ALLOW_UNTESTED_ENV: "1",
+    }
+    print("config check: the release's EngineArgs and VllmConfig over the committed trained pair")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.release_config"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    out = proc.stdout.strip().splitlines()
+    print("\n".join(f"  {line}" for line in out))
+    if proc.returncode != 0 and not any(line.startswith("config check FAILED") for line in out):
+        print("\n".join(proc.stderr.strip().splitlines()[-15:]))  # a traceback: its end
+    return proc.returncode
 
 
 if __name__ == "__main__":
