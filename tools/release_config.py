@@ -90,14 +90,75 @@ def check(target: str, assistant: str) -> list[str]:
     return lines
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def check_speculator(target: str, assistant: str) -> list[str]:
+    """Build the adapter's Model Runner V2 speculator from the release's own classes on
+    the CPU: it must not be abstract, its constructor must run on the release's parent,
+    and so must its graph managers' and the greedy family's (``_new_round_graphs``; mode
+    NONE: a CPU has no graph pool). That catches a
+    renamed abstract hook or a changed constructor (0.34: ``CudaGraphManager``'s
+    ``decode_query_lens``) before a GPU host is taken. ``"auto"`` with sampled drafts, so
+    both round families and the widest k are built."""
+    import inspect
+
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator
+
+    cls = FrozenKVMTPSpeculator
+    if inspect.isabstract(cls):
+        _fail(f"{cls.__module__}.{cls.__name__} leaves abstract: {sorted(cls.__abstractmethods__)}")
+    config = _engine_config(target, assistant, "auto")
+    with set_current_vllm_config(config):
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+            backend="gloo",
+        )
+        initialize_model_parallel(1, 1)
+        speculator = cls(config, torch.device("cpu"))
+        speculator.init_cudagraph_manager(CUDAGraphMode.NONE)
+        # The greedy family's manager, whose constructor the adapter owns: 0.34 builds it
+        # only once load_model (which needs the model) has allocated the draft logits.
+        speculator._new_round_graphs(CUDAGraphMode.NONE)
+    managers = [
+        name
+        for name in ("decode_cudagraph_manager", "greedy_cudagraph_manager")
+        if getattr(speculator, name, None) is not None
+    ]
+    if "decode_cudagraph_manager" not in managers:
+        _fail("the speculator built no round graph manager")
+    parents = [c.__name__ for c in cls.__mro__ if c.__module__.startswith("vllm.")][:3]
+    return [
+        f"speculator: {cls.__module__}.{cls.__name__} over {', '.join(parents)}: built "
+        f"(k_max {speculator.num_speculative_steps}), graph managers: {', '.join(managers)}"
+    ]
+
+
 def main() -> int:
     sys.path.insert(0, str(REPO))
     from devkit.fixtures.trained import trained_pair_paths
 
-    target, assistant = trained_pair_paths()
-    for line in check(str(target), str(assistant)):
+    target, assistant = (str(p) for p in trained_pair_paths())
+    for line in check(target, assistant):
         print(line)
     print("config check passed")
+    if "--speculator" in sys.argv[1:]:
+        for line in check_speculator(target, assistant):
+            print(line)
+        print("speculator check passed")
     return 0
 
 
