@@ -49,17 +49,7 @@ sed -i -E "s/^(nvidia-cutlass-dsl)(\[[^]]*\])?/\1[$FLAVOR]/I" "$W/pins.txt"
 echo "FA4 pins of vLLM $VLLM_VER:"; sed 's/^/  /' "$W/pins.txt"
 
 # 2. Resolve them for CPython 3.12 with torch/triton as metadata-only stubs (the image has them).
-for pv in "torch:$TORCH_VER" "triton:$TRITON_VER"; do
-  "$PY" - "$W/stubs" "${pv%%:*}" "${pv##*:}" <<'EOF'
-import sys, zipfile
-d, n, v = sys.argv[1:]
-with zipfile.ZipFile(f"{d}/{n}-{v}-cp312-cp312-manylinux_2_35_x86_64.whl", "w") as z:
-    z.writestr(f"{n}-{v}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {n}\nVersion: {v}\n")
-    z.writestr(f"{n}-{v}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: stub\nRoot-Is-Purelib: false\n"
-               "Tag: cp312-cp312-manylinux_2_35_x86_64\n")
-    z.writestr(f"{n}-{v}.dist-info/RECORD", "")
-EOF
-done
+"$PY" "$HERE/stub_wheels.py" "$W/stubs" "torch:$TORCH_VER" "triton:$TRITON_VER"
 "$PY" -m pip download -q "${PLAT[@]}" --find-links "$W/stubs" -d "$W/deps" -r "$W/pins.txt" \
   "torch==$TORCH_VER" "triton==$TRITON_VER"
 

@@ -64,17 +64,8 @@ KEEP='fastapi|uvicorn|pydantic|msgspec|pyzmq|orjson|pybase64|setproctitle|partia
 unzip -p "$SGL_WHL" '*.dist-info/METADATA' | sed -n 's/^Requires-Dist: //p' | grep -v 'extra ==' |
   grep -iE "^($KEEP)[=<>!\[; ]|^($KEEP)\$" > "$W/reqs.txt"
 grep -qi '^transformers==' "$W/reqs.txt" || { echo "sglang $SGLANG_VER does not pin transformers"; exit 1; }
-for pv in "torch:$TORCH_VER" "triton:$TRITON_VER" "torchvision:$TORCHVISION_VER" "torchaudio:$TORCHAUDIO_VER"; do
-  "$PY" - "$W/stubs" "${pv%%:*}" "${pv##*:}" <<'EOF'
-import sys, zipfile
-d, n, v = sys.argv[1:]
-with zipfile.ZipFile(f"{d}/{n}-{v}-cp312-cp312-manylinux_2_35_x86_64.whl", "w") as z:
-    z.writestr(f"{n}-{v}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {n}\nVersion: {v}\n")
-    z.writestr(f"{n}-{v}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: stub\nRoot-Is-Purelib: false\n"
-               "Tag: cp312-cp312-manylinux_2_35_x86_64\n")
-    z.writestr(f"{n}-{v}.dist-info/RECORD", "")
-EOF
-done
+"$PY" "$HERE/../stub_wheels.py" "$W/stubs" "torch:$TORCH_VER" "triton:$TRITON_VER" \
+  "torchvision:$TORCHVISION_VER" "torchaudio:$TORCHAUDIO_VER"
 printf '%s\n' dill "torch==$TORCH_VER" "triton==$TRITON_VER" huggingface_hub==1.33.0 safetensors==0.8.0 >> "$W/reqs.txt"
 echo "requirements:"; sed 's/^/  /' "$W/reqs.txt"
 "$PY" -m pip download -q "${PLAT[@]}" --find-links "$W/stubs" -d "$W/deps" -r "$W/reqs.txt" 2>&1 |

@@ -53,17 +53,7 @@ EOF
 
 # 2. Runtime deps for Python 3.12 minus what the image has. torch/triton resolve to metadata-only stubs;
 #    GPU extras (flashinfer, cutlass-dsl, tilelang, ...) are left out; image versions pinned.
-for pv in torch:2.11.0 triton:3.6.0; do
-  $PY - "$W/stubs" "${pv%%:*}" "${pv##*:}" <<'EOF'
-import sys, zipfile
-d, n, v = sys.argv[1:]
-with zipfile.ZipFile(f"{d}/{n}-{v}-cp312-cp312-manylinux_2_35_x86_64.whl", "w") as z:
-    z.writestr(f"{n}-{v}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {n}\nVersion: {v}\n")
-    z.writestr(f"{n}-{v}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: stub\nRoot-Is-Purelib: false\n"
-               "Tag: cp312-cp312-manylinux_2_35_x86_64\n")
-    z.writestr(f"{n}-{v}.dist-info/RECORD", "")
-EOF
-done
+$PY "$HERE/../stub_wheels.py" "$W/stubs" torch:2.11.0 triton:3.6.0
 SKIP='torch|torchaudio|torchvision|torchcodec|PyNvVideoCodec|flashinfer-python|apache-tvm-ffi|tilelang|nvidia-cudnn-frontend|nvtx|fastsafetensors|instanttensor|nvidia-cutlass-dsl|quack-kernels|tokenspeed-mla|humming-kernels|numba|transformers'
 { unzip -p "$W"/whl/vllm-"$VLLM_VER"-*.whl '*/METADATA' | sed -n 's/^Requires-Dist: //p' | grep -v 'extra ==' \
     | grep -viE "^($SKIP)[=<>!\[; ]"
