@@ -164,19 +164,9 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
         # between that prefill and the decode steps. Kept from it: the request-input
         # copy, the DP clamp and sync, the decode-graph dispatch and the decode call.
         num_reqs = input_batch.num_reqs
-        k = self.num_speculative_steps if num_speculative_tokens is None else num_speculative_tokens
+        k = self._begin_round(input_batch, temperature, seeds, dummy_run, num_speculative_tokens)
         if k == 0:
-            # The scheduler chose no drafts: no drafter KV to keep in sync, so no round.
-            if not dummy_run:
-                self.frozen_stats.skipped_rounds += 1
-            self.draft_tokens[:num_reqs].fill_(-1)
             return self.draft_tokens[:num_reqs]
-        self._copy_request_inputs(
-            num_reqs, input_batch.idx_mapping, temperature, seeds, dummy_run=dummy_run
-        )
-        # Host-side upper bound (a CPU tensor): no device sync.
-        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[:num_reqs].max())
-        self.draft_max_seq_len = min(max_seq_len, self.max_model_len)
         self._load_seed(
             input_batch,
             last_hidden_states,
@@ -242,16 +232,47 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
                 k,
             )
             self.on_multi_step_decode_end(num_reqs)
-            if not dummy_run:
-                self.frozen_stats.rounds += 1
-                self.frozen_stats.count_round(k)
-                self.frozen_stats.seed_rows += num_reqs
-                self.frozen_stats.forwards += k
-                self.frozen_stats.metadata_builds += 1
-                self.frozen_stats.sampled_rounds += self.draft_logits is not None
-            if before is not None and self._kv_checksum() != before:
-                raise KVWriteError("frozen_kv_mtp: a draft round changed the target KV cache")
+            self._end_round(k, num_reqs, dummy_run, before)
         return self.draft_tokens[:num_reqs]
+
+    def _begin_round(
+        self,
+        input_batch: Any,
+        temperature: torch.Tensor,
+        seeds: torch.Tensor,
+        dummy_run: bool,
+        num_speculative_tokens: int | None,
+    ) -> int:
+        """The round's k, with the request inputs copied; 0 when the scheduler chose no
+        drafts: then there is no round (no drafter KV to keep in sync) and the batch's
+        draft tokens are -1."""
+        num_reqs = input_batch.num_reqs
+        k = self.num_speculative_steps if num_speculative_tokens is None else num_speculative_tokens
+        if k == 0:
+            if not dummy_run:
+                self.frozen_stats.skipped_rounds += 1
+            self.draft_tokens[:num_reqs].fill_(-1)
+            return 0
+        self._copy_request_inputs(
+            num_reqs, input_batch.idx_mapping, temperature, seeds, dummy_run=dummy_run
+        )
+        # Host-side upper bound (a CPU tensor): no device sync.
+        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[:num_reqs].max())
+        self.draft_max_seq_len = min(max_seq_len, self.max_model_len)
+        return k
+
+    def _end_round(self, k: int, num_reqs: int, dummy_run: bool, kv_before: str | None) -> None:
+        """Count a real round of ``k`` steps over ``num_reqs`` seed rows, and check the
+        target KV against its checksum from before the round (option kv_guard)."""
+        if not dummy_run:
+            self.frozen_stats.rounds += 1
+            self.frozen_stats.count_round(k)
+            self.frozen_stats.seed_rows += num_reqs
+            self.frozen_stats.forwards += k
+            self.frozen_stats.metadata_builds += 1
+            self.frozen_stats.sampled_rounds += self.draft_logits is not None
+        if kv_before is not None and self._kv_checksum() != kv_before:
+            raise KVWriteError("frozen_kv_mtp: a draft round changed the target KV cache")
 
     def _generate_fused_drafts(
         self,

@@ -37,7 +37,6 @@ from vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils import (
 )
 
 from vllm_frozen_kv_mtp.adapters.vllm_0_32 import speculator as v0_32
-from vllm_frozen_kv_mtp.drafters.kv_guard import KVWriteError
 
 logger = logging.getLogger("vllm.frozen_kv_mtp")
 
@@ -155,19 +154,9 @@ class FrozenKVMTPSpeculator(v0_32.FrozenKVMTPSpeculator):
         # target's tokens is the step a frozen round drops; everything after it is
         # upstream's _run_multi_step_decode.
         num_reqs = input_batch.num_reqs
-        k = self.num_speculative_steps if num_speculative_tokens is None else num_speculative_tokens
+        k = self._begin_round(input_batch, temperature, seeds, dummy_run, num_speculative_tokens)
         if k == 0:
-            # The scheduler chose no drafts: no drafter KV to keep in sync, so no round.
-            if not dummy_run:
-                self.frozen_stats.skipped_rounds += 1
-            self.draft_tokens[:num_reqs].fill_(-1)
             return self.draft_tokens[:num_reqs]
-        self._copy_request_inputs(
-            num_reqs, input_batch.idx_mapping, temperature, seeds, dummy_run=dummy_run
-        )
-        # Host-side upper bound (a CPU tensor): no device sync.
-        max_seq_len = int(input_batch.seq_lens_cpu_upper_bound[:num_reqs].max())
-        self.draft_max_seq_len = min(max_seq_len, self.max_model_len)
         self._frozen_seed_args = (
             last_hidden_states,
             num_sampled,
@@ -191,15 +180,7 @@ class FrozenKVMTPSpeculator(v0_32.FrozenKVMTPSpeculator):
                 k,
             )
             self._frozen_seed_args = ()
-            if not dummy_run:
-                self.frozen_stats.rounds += 1
-                self.frozen_stats.count_round(k)
-                self.frozen_stats.seed_rows += num_reqs
-                self.frozen_stats.forwards += k
-                self.frozen_stats.metadata_builds += 1
-                self.frozen_stats.sampled_rounds += self.draft_logits is not None
-            if before is not None and self._kv_checksum() != before:
-                raise KVWriteError("frozen_kv_mtp: a draft round changed the target KV cache")
+            self._end_round(k, num_reqs, dummy_run, before)
         return self.draft_tokens[:num_reqs]
 
     def _prepare_decode_inputs(
