@@ -13,6 +13,7 @@ import pytest
 
 import vllm_frozen_kv_mtp
 from tests.conftest import REPO
+from tests.utils.assumed_release import assumed_frontend
 from vllm_frozen_kv_mtp import (
     SUPPORTED_VLLM_MAX_EXCLUSIVE,
     SUPPORTED_VLLM_MIN,
@@ -217,23 +218,13 @@ def test_the_0_34_front_end_reads_no_v1_runner_switch(monkeypatch: pytest.Monkey
     """On 0.34 ``vllm.envs`` has no ``VLLM_USE_V2_MODEL_RUNNER`` (no V1 GPU runner): the
     adapter answers False instead of reading it. Importing the 0.34 front end and
     scheduler roles needs no 0.34 module; the speculator's does, so it is not read."""
-    monkeypatch.setenv("VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION", "0.34.0")
-    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
-    saved = active.__dict__.pop("frontend", None)
-    current.cache_clear()
-    try:
-        frontend = active.__getattr__("frontend")
+    with assumed_frontend(monkeypatch, "0.34.0") as frontend:
         assert frontend.__name__ == f"{PLUGIN}.adapters.vllm_0_34.frontend"
         assert frontend.v1_runner_forced() is False
         assert frontend.block_verification_lossless() is True
         # no V1 runner on 0.34: the adapter has no proposer role
         with pytest.raises(ModuleNotFoundError, match="vllm_0_34.proposer"):
             bound_drafters.__getattr__("proposer")
-    finally:
-        current.cache_clear()
-        active.__dict__.pop("frontend", None)  # the 0.34 module, cached by the read
-        if saved is not None:
-            active.__dict__["frontend"] = saved
 
 
 def test_the_surface_check_reads_the_adapter_of_the_tree() -> None:

@@ -654,22 +654,12 @@ def test_fly_verification_refused_until_tested(fp32: tuple[str, str]) -> None:
 def assume_0_34(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The front end as on vLLM 0.34 (the untested adapter, allowed), on a GPU: only the
     adapter's front-end role is read, which imports no 0.34 module."""
-    from vllm_frozen_kv_mtp.adapters import ALLOW_UNTESTED_ENV, current
+    from tests.utils.assumed_release import assumed_frontend
 
-    monkeypatch.setenv("VLLM_FROZEN_KV_MTP_ASSUME_VLLM_VERSION", "0.34.0")
-    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
-    saved = active.__dict__.pop("frontend", None)
-    current.cache_clear()
-    try:
-        frontend = active.__getattr__("frontend")
+    with assumed_frontend(monkeypatch, "0.34.0") as frontend:
         assert frontend.__name__.endswith(".vllm_0_34.frontend")
         monkeypatch.setattr(frontend, "on_cpu", lambda: False)
         yield frontend
-    finally:
-        current.cache_clear()
-        active.__dict__.pop("frontend", None)
-        if saved is not None:
-            active.__dict__["frontend"] = saved
 
 
 def _translate(target: str, spec: dict[str, Any], parallel: Any) -> Any:
