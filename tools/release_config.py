@@ -134,19 +134,52 @@ def check_speculator(config: Any) -> list[str]:
         speculator.init_cudagraph_manager(CUDAGraphMode.NONE)
         # The greedy family's manager, whose constructor the adapter owns: 0.34 builds it
         # only once load_model (which needs the model) has allocated the draft logits.
-        speculator._new_round_graphs(CUDAGraphMode.NONE)
-    managers = [
-        name
-        for name in ("decode_cudagraph_manager", "greedy_cudagraph_manager")
-        if getattr(speculator, name, None) is not None
-    ]
+        greedy = speculator._new_round_graphs(CUDAGraphMode.NONE)
+        managers = [
+            name
+            for name in ("decode_cudagraph_manager", "greedy_cudagraph_manager")
+            if getattr(speculator, name, None) is not None
+        ]
+        states = check_sampling_states(speculator, greedy)
     if "decode_cudagraph_manager" not in managers:
         _fail("the speculator built no round graph manager")
     parents = [c.__name__ for c in cls.__mro__ if c.__module__.startswith("vllm.")][:3]
     return [
         f"speculator: {cls.__module__}.{cls.__name__} over {', '.join(parents)}: built "
-        f"(k_max {speculator.num_speculative_steps}), graph managers: {', '.join(managers)}"
+        f"(k_max {speculator.num_speculative_steps}), graph managers: {', '.join(managers)}",
+        states,
     ]
+
+
+def check_sampling_states(speculator: Any, greedy_manager: Any) -> str:
+    """How the sampler's states (the host temperatures that pick a batch's round family)
+    reach ``speculator``, and which families its capture records before they do.
+
+    Where the release calls ``prepare_propose`` before every round (0.34, hook 2), the
+    speculator must take the states from it, and capture, which runs before the first
+    round, must record the greedy family too. Before 0.34, patch 7 hands them over at
+    load, ahead of capture."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    if getattr(speculator, "prepare_propose", None) is None:
+        return "sampling states: handed over at load (patch 7)"
+    speculator.greedy_cudagraph_manager = greedy_manager
+    families = speculator._round_families()
+    if families != [False, True]:
+        _fail(f"capture before any round records families {families}, want sampled and greedy")
+    states = object()
+    empty = torch.zeros(0, dtype=torch.int32)
+    batch = SimpleNamespace(idx_mapping=empty, idx_mapping_np=np.zeros(0, dtype=np.int32))
+    speculator.prepare_propose(batch, empty, empty, SimpleNamespace(sampling_states=states))
+    if speculator.frozen_sampling_states is not states:
+        _fail("prepare_propose did not hand the sampler's states to the speculator")
+    return (
+        "sampling states: handed over by prepare_propose (hook 2); capture records "
+        "sampled and greedy rounds before they arrive"
+    )
 
 
 def main() -> int:

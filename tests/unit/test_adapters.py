@@ -254,3 +254,29 @@ def test_the_surface_check_reads_the_adapter_of_the_tree() -> None:
     assert {"_generate_fused_drafts", "_multi_step_decode", "sample_draft", "load_model"} <= body
     propose = [n for n in spec.node.body if getattr(n, "name", "") == "propose"]
     assert len(propose) == 1 and "_run_multi_step_decode" in ast.unparse(propose[0])
+
+
+def test_the_0_34_speculator_takes_the_sampler_from_prepare_propose() -> None:
+    """Hook 2: vLLM 0.34 hands the sampler to ``prepare_propose`` before every round, so
+    the 0.34 class takes the sampling states there (patch 7 is not applied on 0.34) and,
+    since they arrive after capture, captures both round families without waiting for
+    them. 0.32/0.33 have no such hook: the 0.32 class leaves it alone."""
+    from tools.plugin_surface import plugin_classes, plugin_modules
+
+    def speculator(adapter: str) -> dict[str, ast.AST]:
+        (cls,) = [
+            c
+            for c in plugin_classes(plugin_modules(adapter=adapter))
+            if c.where.endswith("FrozenKVMTPSpeculator")
+        ]
+        return {n.name: n for n in cls.node.body if isinstance(n, ast.FunctionDef)}
+
+    old, new = speculator("vllm_0_32"), speculator("vllm_0_34")
+    assert "prepare_propose" not in old
+    hook = ast.unparse(new["prepare_propose"])
+    assert "super().prepare_propose(" in hook and "attach_sampling_states(" in hook
+    # the 0.32 capture records greedy rounds only once the states are here; 0.34 does not
+    # wait for them
+    assert "frozen_sampling_states" in ast.unparse(old["_round_families"])
+    assert "frozen_sampling_states" not in ast.unparse(new["_round_families"])
+    assert "_round_families()" in ast.unparse(new["capture"])  # the inherited capture

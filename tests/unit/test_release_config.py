@@ -31,4 +31,5 @@ def test_the_config_check_passes_on_the_installed_vllm(capsys: pytest.CaptureFix
         and "greedy_cudagraph_manager" in line
         for line in lines
     ), out
+    assert "sampling states: handed over at load (patch 7)" in lines
     assert lines[-1] == "speculator check passed"

@@ -88,7 +88,8 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
         "num_reqs", "query_start_loc", "positions", "seq_lens", "idx_mapping",
         "idx_mapping_np", "seq_lens_cpu_upper_bound", "num_tokens_after_padding", "num_tokens",
     ),
-    # Per-batch draft family: the runner's sampler states (patch 7), host temperatures
+    # Per-batch draft family: the runner's sampler states (patch 7; 0.34: handed to
+    # prepare_propose), host temperatures
     "vllm.v1.worker.gpu.model_runner.GPUModelRunner": ("load_model", "speculator", "sampler"),
     "vllm.v1.worker.gpu.sample.sampler.Sampler": ("sampling_states",),
     "vllm.v1.worker.gpu.sample.states.SamplingStates": ("temperature",),
@@ -346,7 +347,11 @@ SURFACES: dict[str, Surface] = {
 _V2_034 = "vllm_frozen_kv_mtp.adapters.vllm_0_34.speculator.FrozenKVMTPSpeculator"
 _AR = "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator.AutoRegressiveSpeculator"
 _AR_GRAPHS = "vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils"
-_V1_ONLY = (
+_NOT_034 = (
+    # patch 7 reads the runner's speculator and sampler; 0.34 hands the sampler to
+    # prepare_propose (hook 2)
+    "vllm.v1.worker.gpu.model_runner.GPUModelRunner",
+    # the V1 proposer's attention metadata; the graph manager's 0.32/0.33 module
     "vllm.v1.attention.backend.CommonAttentionMetadata",
     "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils.SpeculatorCudaGraphManager",
     "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils.SpeculatorBatchDescriptor",
@@ -357,7 +362,7 @@ _SURFACE_034 = Surface(
     v1=None,
     written_for_parent={_V2_034: ("draft_max_seq_len",)},
     object_attrs={
-        **{k: v for k, v in OBJECT_ATTRS.items() if k not in _V1_ONLY},
+        **{k: v for k, v in OBJECT_ATTRS.items() if k not in _NOT_034},
         # patch 6 does not apply: the candidates are not read
         "vllm.v1.worker.gpu.cudagraph_utils.CudaGraphManager": (
             "_capture_descs",
@@ -396,7 +401,7 @@ _SURFACE_034 = Surface(
         ),
     },
     object_calls={
-        **{k: v for k, v in OBJECT_CALLS.items() if k[0] not in _V1_ONLY and k[1] != "__init__"},
+        **{k: v for k, v in OBJECT_CALLS.items() if k[0] not in _NOT_034 and k[1] != "__init__"},
         (f"{_AR_GRAPHS}.SpeculatorCudaGraphManager", "capture"): (6, ("progress_bar_desc",)),
         (f"{_AR_GRAPHS}.SpeculatorCudaGraphManager", "specialize_spec_tokens"): (2, ()),
         # C2: _new_round_graphs builds the manager as AutoRegressiveSpeculator does
@@ -491,6 +496,14 @@ _mirror(
     "FrozenKVMTPSpeculator._configure_decode_metadata_update skips it for "
     "DraftModelSpeculator's (keeps in-graph refresh at k=1)",
     {"0.34.0": "3fa4b10033e89e6e70f7bee88ea0c52e44dcd5cdca40e6850aef45ef62f40c68"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    "vllm.v1.worker.gpu.spec_decode.speculator.DraftModelSpeculator", "prepare_propose",
+    "FrozenKVMTPSpeculator.prepare_propose (adapters/vllm_0_34, hook 2) calls it, then "
+    "takes sampler.sampling_states; it reads self.draft_logits, which a greedy round "
+    "hides (M3: the cache is replicated, so its assign is a no-op)",
+    {"0.34.0": "1fd874a7ce82e000cc3c754c81f765934a3c62e199ac5529387b242e2c3b0600"},
     _m034,
 )  # fmt: skip
 _mirror(

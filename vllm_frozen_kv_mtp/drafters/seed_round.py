@@ -72,8 +72,9 @@ class FrozenRound(_Gemma4Speculator):
 
     #: option dense_head's prepared head (load_model), None for upstream's
     frozen_dense_head: DenseHead | None = None
-    #: the model runner's per-request sampling states (handed over at load by the patch
-    #: on ``GPUModelRunner.load_model``), read on the host to pick each batch's drafts
+    #: the model runner's per-request sampling states, read on the host to pick each
+    #: batch's drafts: handed over at load by the patch on ``GPUModelRunner.load_model``
+    #: (vLLM 0.32/0.33), or before the first round by ``prepare_propose`` (0.34)
     frozen_sampling_states: Any = None
     #: whole-round graphs of the round family running now (vLLM's attribute; swapped
     #: for ``greedy_cudagraph_manager`` during a greedy round)

@@ -276,6 +276,7 @@ PATCHES: tuple[Patch, ...] = (
         remove_when="V2 chooses draft sampling per batch, or passes host sampling states to "
         "``propose``.",
         apply=sampling_states._patch_hand_sampling_states,
+        before="0.34",  # 0.34 hands the sampler to prepare_propose (hook 2)
     ),
     Patch(
         number="8",

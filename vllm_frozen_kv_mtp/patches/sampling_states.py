@@ -3,7 +3,7 @@
 Registry entries (generated from ``patches/__init__.py``; edit them there):
 
 Patch 7: ``vllm.v1.worker.gpu.model_runner.GPUModelRunner.load_model`` (Model Runner V2,
-    ``draft_sample_method="probabilistic"``, the default)
+    ``draft_sample_method="probabilistic"``, the default; vLLM < 0.34)
 Why: vLLM's V2 speculator samples drafts per engine: every round computes full-
     vocabulary draft logits, all-greedy batches included. Ours picks per batch (vLLM's
     V1 rule: sampled drafts when a request samples), which needs each request's

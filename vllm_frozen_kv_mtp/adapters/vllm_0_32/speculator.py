@@ -61,16 +61,7 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
         logger.info("frozen_kv_mtp: capturing whole-round draft CUDA graphs")
         self._capture_prologue()
         self.on_multi_step_decode_begin(self.max_num_reqs)
-        families = [False]
-        if self.greedy_cudagraph_manager is not None:
-            if self.frozen_sampling_states is None:
-                logger.warning(
-                    "frozen_kv_mtp: the model runner's sampling states were not handed "
-                    "over, so every draft round samples, greedy batches included"
-                )
-            else:
-                families.append(True)
-        for greedy in families:
+        for greedy in self._round_families():
             with self._draft_family(greedy):
                 if (
                     self.supports_decode_metadata_update
@@ -89,6 +80,22 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
                 )
         self._greedy_round = False
         self.on_multi_step_decode_end(self.max_num_reqs)
+
+    def _round_families(self) -> list[bool]:
+        """The round families ``capture`` records graphs for (False: sampled, True:
+        greedy). Greedy rounds get graphs only where a greedy manager exists and the
+        model runner handed its sampling states over at load (patch 7), since without
+        them no round drafts greedily. A release that hands them over after capture
+        overrides this."""
+        if self.greedy_cudagraph_manager is None:
+            return [False]
+        if self.frozen_sampling_states is None:
+            logger.warning(
+                "frozen_kv_mtp: the model runner's sampling states were not handed "
+                "over, so every draft round samples, greedy batches included"
+            )
+            return [False]
+        return [False, True]
 
     def _capture_prologue(self) -> None:
         """The buffer state upstream's ``capture`` sets before its graphs (this release's)."""

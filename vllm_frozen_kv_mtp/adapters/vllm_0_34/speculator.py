@@ -20,6 +20,11 @@ The 0.32/0.33 class, with what 0.34 changed (docs/upstream.md, "What breaks on 0
   seed rows are written from ``_prepare_decode_inputs``, which sees the request count
   after the DP clamp. ``capture`` starts from 0.34's prologue (``idx_mapping`` -1: padded
   rows neither sample nor map slots).
+* Hook 2: the sampler's states (host temperatures, which pick each batch's round
+  family) arrive through upstream's ``prepare_propose``, called before every
+  ``propose``, rather than through patch 7 on ``GPUModelRunner.load_model``. They arrive
+  after capture, so ``capture`` records both round families whenever the greedy
+  family's manager exists (``_round_families``).
 * M3: the draft-logits cache stays replicated (``supports_batch_sharded_draft_logits``),
   since greedy rounds hide it from the runner; its size is logged from ``load_model``,
   where 0.34 allocates it.
@@ -113,6 +118,25 @@ class FrozenKVMTPSpeculator(v0_32.FrozenKVMTPSpeculator):
         self.last_token_indices.zero_()
         self.idx_mapping.fill_(-1)
         self.current_draft_step.zero_()
+
+    # ---- hook 2: the sampler's states, handed over before every round ----------------
+
+    def prepare_propose(
+        self,
+        input_batch: Any,
+        num_sampled: torch.Tensor,
+        num_rejected: torch.Tensor,
+        sampler: Any,
+    ) -> None:
+        super().prepare_propose(input_batch, num_sampled, num_rejected, sampler)
+        # The runner's sampler and its states live as long as the runner: take them once.
+        if self.frozen_sampling_states is None:
+            self.attach_sampling_states(sampler.sampling_states)
+
+    def _round_families(self) -> list[bool]:
+        # Capture runs before the first prepare_propose, so the states are not here yet:
+        # greedy rounds get their graphs whenever their manager exists.
+        return [False] if self.greedy_cudagraph_manager is None else [False, True]
 
     # ---- M3: draft logits ---------------------------------------------------------
 
