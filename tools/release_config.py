@@ -71,6 +71,9 @@ def check(target: str, assistant: str) -> tuple[list[str], Any]:
         _fail(f"k=4 was not translated: options {options}, speculative config {spec}")
     lines.append(f"k=4: method {spec.method!r}, k {spec.num_speculative_tokens}, "
                  f"dynamic {spec.uses_dynamic_speculative_decoding()}")  # fmt: skip
+    registered = hasattr(spec, "custom_method")  # 0.34: the method registered (hook 1)
+    if registered:
+        lines.append(check_registered_method(static))
 
     auto = _engine_config(target, assistant, "auto")
     spec = auto.speculative_config
@@ -83,6 +86,8 @@ def check(target: str, assistant: str) -> tuple[list[str], Any]:
     if not scheduler.endswith("GoodputScheduler") or not dynamic:
         _fail(f'"auto" runs scheduler {scheduler}, dynamic k {dynamic}')
     lines.append(f'"auto": k_max {k_max}, scheduler {scheduler.rsplit(".", 1)[-1]}')
+    if registered:
+        lines.append(f'"auto": {check_registered_method(auto)}')
     query_lens = getattr(auto, "get_decode_cudagraph_query_lens", None)
     if query_lens is not None:  # 0.34: verify graphs per query length, from the config
         lens = query_lens(k_max + 1)
@@ -91,6 +96,40 @@ def check(target: str, assistant: str) -> tuple[list[str], Any]:
             _fail(f'"auto" verify graphs by query length {lens}, want {want}')
         lines.append(f'"auto": verify graphs for every k at every batch size: {lens}')
     return lines, auto
+
+
+def check_registered_method(config: Any) -> str:
+    """Where the release registers speculative methods (0.34, hook 1): the engine config
+    keeps ``frozen_kv_mtp`` as its ``custom_method`` over Gemma 4 MTP's ``"mtp"``, its
+    speculator config is the plugin's (naming the plugin's speculator), the options ride
+    in ``speculator_options``, and all of it survives the pickling that takes the config
+    to the engine core and the workers (``custom_method`` is not an ``__init__`` field)."""
+    import pickle
+
+    from vllm_frozen_kv_mtp.identity import METHOD
+
+    spec = config.speculative_config
+    speculator_config = type(spec.speculator_config)
+    qualname = str(speculator_config.speculator_class)
+    if spec.custom_method != METHOD or spec.method != "mtp":
+        _fail(f"custom method {spec.custom_method!r}, method {spec.method!r}")
+    if speculator_config.__name__ != "FrozenKVMTPSpeculatorConfig" or not qualname.startswith(
+        "vllm_frozen_kv_mtp."
+    ):
+        _fail(f"speculator config {speculator_config.__qualname__}, speculator {qualname}")
+    if not spec.speculator_options or spec.use_gemma4_mtp() is not True:
+        _fail(f"speculator_options {spec.speculator_options}, Gemma 4 MTP {spec.use_gemma4_mtp()}")
+    shipped = pickle.loads(pickle.dumps(config)).speculative_config
+    if (shipped.custom_method, shipped.speculator_options) != (
+        METHOD,
+        spec.speculator_options,
+    ):
+        _fail(f"pickled: custom method {shipped.custom_method!r}, options lost")
+    return (
+        f"registered method {spec.custom_method!r} over {spec.method!r}: "
+        f"{speculator_config.__name__}, speculator {qualname.rsplit('.', 1)[-1]}, "
+        "options in speculator_options (pickled intact)"
+    )
 
 
 def _free_port() -> int:
@@ -104,8 +143,10 @@ def _free_port() -> int:
 def check_speculator(config: Any) -> list[str]:
     """Build the adapter's Model Runner V2 speculator for ``config`` (the ``"auto"``
     engine config :func:`check` built: the widest k, sampled drafts) from the release's
-    own classes on the CPU. It must not be abstract, its constructor must run on the
-    release's parent, and so must its graph managers' and the greedy family's
+    own classes on the CPU, through the release's ``init_speculator`` as the model runner
+    builds it: vLLM must pick the plugin's class (patch 3 before 0.34, the registered
+    config's ``speculator_class`` on 0.34). It must not be abstract, its constructor must
+    run on the release's parent, and so must its graph managers' and the greedy family's
     (``_new_round_graphs``; mode NONE: a CPU has no graph pool). That catches a renamed
     abstract hook or a changed constructor (0.34: ``CudaGraphManager``'s
     ``decode_query_lens``) before a GPU host is taken."""
@@ -115,6 +156,7 @@ def check_speculator(config: Any) -> list[str]:
     from vllm.config import set_current_vllm_config
     from vllm.config.compilation import CUDAGraphMode
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.v1.worker.gpu.spec_decode import init_speculator
 
     from vllm_frozen_kv_mtp.drafters.speculator import FrozenKVMTPSpeculator
 
@@ -130,7 +172,9 @@ def check_speculator(config: Any) -> list[str]:
             backend="gloo",
         )
         initialize_model_parallel(1, 1)
-        speculator = cls(config, torch.device("cpu"))
+        speculator = init_speculator(config, torch.device("cpu"), req_states=None)
+        if type(speculator) is not cls:
+            _fail(f"vLLM built {type(speculator).__qualname__}, not {cls.__qualname__}")
         speculator.init_cudagraph_manager(CUDAGraphMode.NONE)
         # The greedy family's manager, whose constructor the adapter owns: 0.34 builds it
         # only once load_model (which needs the model) has allocated the draft logits.
@@ -146,7 +190,8 @@ def check_speculator(config: Any) -> list[str]:
     parents = [c.__name__ for c in cls.__mro__ if c.__module__.startswith("vllm.")][:3]
     return [
         f"speculator: {cls.__module__}.{cls.__name__} over {', '.join(parents)}: built "
-        f"(k_max {speculator.num_speculative_steps}), graph managers: {', '.join(managers)}",
+        f"by vLLM's init_speculator (k_max {speculator.num_speculative_steps}), graph "
+        f"managers: {', '.join(managers)}",
         states,
     ]
 

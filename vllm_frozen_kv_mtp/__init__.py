@@ -45,8 +45,10 @@ def register() -> None:
     if _registered:
         return
     check_vllm_version(installed_vllm_version())
+    from vllm_frozen_kv_mtp.adapters import active
     from vllm_frozen_kv_mtp.patches import apply_all
 
     apply_all()
+    active.frontend.install()  # vLLM 0.34: the method registered with vLLM (hook 1)
     _registered = True
     logger.debug("vllm_frozen_kv_mtp %s registered (pid %d)", __version__, os.getpid())

@@ -1,11 +1,13 @@
 """The options contract every process reads: what a ``frozen_kv_mtp`` engine carries.
 
 The front end (``frontend/``) validates the user's config and writes
-:class:`FrozenKVOptions` into ``VllmConfig.additional_config[ADDITIONAL_CONFIG_KEY]``;
-the engine core and every worker read them back with :func:`options_from_vllm_config`.
-This module also holds each option's value list and the error type every config-time
-refusal raises, so that no reader has to import the front end to learn them. It imports
-neither vLLM nor torch.
+:class:`FrozenKVOptions` where the adapter carries them (``carry_options``): on vLLM
+0.32/0.33 ``VllmConfig.additional_config[ADDITIONAL_CONFIG_KEY]``, on 0.34 the
+speculative config's ``speculator_options`` under the registered method; the engine core
+and every worker read them back with :func:`options_from_vllm_config`. This module also
+holds each option's value list and the error type every config-time refusal raises, so
+that no reader has to import the front end to learn them. It imports neither vLLM nor
+torch.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from vllm_frozen_kv_mtp.identity import METHOD
 
 #: key in ``VllmConfig.additional_config`` that carries our options to every process
+#: (vLLM 0.32/0.33)
 ADDITIONAL_CONFIG_KEY = METHOD
 MAX_NUM_SPECULATIVE_TOKENS = 32
 
@@ -55,7 +58,7 @@ class FrozenKVMTPConfigError(ValueError):
 
 @dataclass(frozen=True)
 class FrozenKVOptions:
-    """Plugin-only options; they travel to workers in ``additional_config``."""
+    """Plugin-only options; they travel to workers with the engine config."""
 
     #: checksum every target KV block around each draft round and fail on any change
     #: (a debugging guard: it syncs with the device, so keep it off in production)
@@ -102,8 +105,9 @@ PLUGIN_KEYS = frozenset(f.name for f in fields(FrozenKVOptions)) - INTERNAL_KEYS
 
 def options_from_vllm_config(vllm_config: Any) -> FrozenKVOptions | None:
     """Our options if this engine asked for frozen_kv_mtp, else None."""
-    extra = getattr(vllm_config, "additional_config", None) or {}
-    raw = extra.get(ADDITIONAL_CONFIG_KEY) if isinstance(extra, dict) else None
+    from vllm_frozen_kv_mtp.adapters import active
+
+    raw = active.frontend.options_of(vllm_config)
     if raw is None:
         return None
     spec = getattr(vllm_config, "speculative_config", None)

@@ -36,6 +36,8 @@ PLUGIN = "vllm_frozen_kv_mtp"
 #: the modules that import vLLM when imported: the adapter's bound classes and helpers, and
 #: the modules that bind them at their top. Every other module imports none.
 VLLM_AT_IMPORT = {
+    # the registered method's SpeculatorConfig, which vLLM imports by qualified name
+    f"{PLUGIN}.adapters.vllm_0_34.config",
     f"{PLUGIN}.adapters.vllm_0_34.scheduler",
     f"{PLUGIN}.adapters.vllm_0_34.speculator",
     f"{PLUGIN}.adapters.vllm_0_32.proposer",
@@ -280,3 +282,34 @@ def test_the_0_34_speculator_takes_the_sampler_from_prepare_propose() -> None:
     assert "frozen_sampling_states" in ast.unparse(old["_round_families"])
     assert "frozen_sampling_states" not in ast.unparse(new["_round_families"])
     assert "_round_families()" in ast.unparse(new["capture"])  # the inherited capture
+
+
+def test_the_0_34_registration_names_the_plugin_s_classes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hook 1: ``register()`` registers the method by the qualified name of its config
+    class, which names the 0.34 speculator by qualified name; vLLM imports both lazily,
+    so a wrong name fails only on a 0.34 engine. Read statically here (the 0.34 modules
+    import vLLM 0.34)."""
+    from tools.plugin_surface import plugin_classes, plugin_modules
+
+    with assumed_frontend(monkeypatch, "0.34.0") as frontend:
+        config_class = frontend.CONFIG_CLASS
+    modules = plugin_modules(adapter="vllm_0_34")
+    classes = {c.where: c for c in plugin_classes(modules)}
+    assert config_class in classes
+    assert classes[config_class].bases == [
+        "vllm.v1.worker.gpu.spec_decode.gemma4.config.Gemma4MTPSpeculatorConfig"
+    ]
+    values = {
+        t.id: ast.literal_eval(n.value)
+        for n in classes[config_class].node.body
+        if isinstance(n, ast.AnnAssign) and n.value is not None
+        for t in [n.target]
+        if isinstance(t, ast.Name) and t.id in ("speculator_class", "supports_pcp")
+    }
+    assert values == {
+        "speculator_class": f"{PLUGIN}.adapters.vllm_0_34.speculator.FrozenKVMTPSpeculator",
+        "supports_pcp": False,
+    }
+    assert values["speculator_class"] in classes

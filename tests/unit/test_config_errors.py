@@ -714,3 +714,52 @@ def test_0_34_accepts_block_verification_without_a_v1_runner_switch(
         _Parallel(),
     )
     assert ours and args.speculative_config["rejection_sample_method"] == "block"
+
+
+def test_0_34_keeps_the_registered_method_and_carries_options_in_speculator_options(
+    fp32: tuple[str, str], assume_0_34: Any
+) -> None:
+    """Hook 1: on 0.34 the method is registered with vLLM, so the translated config keeps
+    it (vLLM moves it to ``custom_method`` and runs Gemma 4 MTP's ``"mtp"``), and the
+    options ride in ``speculator_options`` rather than ``additional_config``; the engine
+    reads them back from there only."""
+    from types import SimpleNamespace
+
+    from vllm_frozen_kv_mtp.identity import METHOD
+    from vllm_frozen_kv_mtp.options import options_from_vllm_config
+
+    target, assistant = fp32
+    args, ours = _translate(target, _spec(assistant, num_speculative_tokens="auto"), _Parallel())
+    spec = args.speculative_config
+    assert ours and spec["method"] == METHOD
+    assert spec["speculator_options"]["k_policy"] == "auto"
+    assert METHOD not in (args.additional_config or {})
+
+    def engine(custom_method: str | None, additional: dict[str, Any] | None = None) -> Any:
+        speculative = SimpleNamespace(
+            custom_method=custom_method,
+            speculator_options=spec["speculator_options"],
+            use_gemma4_mtp=lambda: True,
+        )
+        return SimpleNamespace(speculative_config=speculative, additional_config=additional)
+
+    options = options_from_vllm_config(engine(METHOD))
+    assert options is not None and options.k_policy == "auto"
+    assert options.max_num_speculative_tokens == spec["num_speculative_tokens"]
+    # another registered method, or the 0.32/0.33 carrier without registration: not ours
+    assert options_from_vllm_config(engine("other_method")) is None
+    assert options_from_vllm_config(engine(None, {METHOD: spec["speculator_options"]})) is None
+
+
+def test_0_32_rewrites_the_method_to_mtp_with_options_in_additional_config(
+    fp32: tuple[str, str],
+) -> None:
+    """Before 0.34 (no registry), the translated config is vLLM's own ``"mtp"`` and the
+    options ride in ``additional_config``."""
+    from vllm_frozen_kv_mtp.identity import METHOD
+
+    target, assistant = fp32
+    args, ours = _translate(target, _spec(assistant, num_speculative_tokens=2), _Parallel())
+    assert ours and args.speculative_config["method"] == "mtp"
+    assert "speculator_options" not in args.speculative_config
+    assert args.additional_config[METHOD]["k_policy"] == "static"

@@ -228,10 +228,11 @@ def test_the_registry_is_per_vllm_release() -> None:
     def numbers(version: str) -> set[str]:
         return {p.number for p in patches.patches_for(version)}
 
-    everywhere = {"1", "3", "5", "8", "9", "10"}
-    assert numbers("0.32.0") == numbers("0.33.1") == everywhere | {"2", "4", "4b", "6", "7"}
+    everywhere = {"1", "5", "8", "9", "10"}
+    assert numbers("0.32.0") == numbers("0.33.1") == everywhere | {"2", "3", "4", "4b", "6", "7"}
     # 0.34: no V1 runner (2, 4, 4b), and 6's candidates are dead there; 6b replaces it;
-    # the sampler reaches the speculator through prepare_propose (hook 2), not patch 7
+    # the registered method's config names the speculator (hook 1), not patch 3; the
+    # sampler reaches the speculator through prepare_propose (hook 2), not patch 7
     assert numbers("0.34.0") == numbers("0.34.1.dev2+gabc") == everywhere | {"6b"}
     six_b = next(p for p in patches.PATCHES if p.number == "6b")
     assert six_b.target == "vllm.config.vllm.VllmConfig.get_decode_cudagraph_query_lens"
@@ -252,3 +253,4 @@ def test_apply_all_schedules_the_release_s_patches_only(monkeypatch: pytest.Monk
     assert "vllm.v1.sample.rejection_sampler" not in scheduled  # patches 4, 4b
     assert "vllm.v1.worker.gpu.cudagraph_utils" not in scheduled  # patch 6
     assert "vllm.v1.worker.gpu.model_runner" not in scheduled  # patch 7: hook 2
+    assert "vllm.v1.worker.gpu.spec_decode.gemma4.speculator" not in scheduled  # 3: hook 1

@@ -28,6 +28,7 @@ def test_the_config_check_passes_on_the_installed_vllm(capsys: pytest.CaptureFix
     assert "config check passed" in lines
     assert any(
         line.startswith("speculator: vllm_frozen_kv_mtp.adapters.vllm_0_32.speculator.")
+        and "built by vLLM's init_speculator" in line  # patch 3 picked the class
         and "greedy_cudagraph_manager" in line
         for line in lines
     ), out

@@ -393,6 +393,18 @@ _SURFACE_034 = Surface(
             "speculative_config",
             "additional_config",
         ),
+        # hook 1: the registered method and its options (options_of), its config class
+        "vllm.config.speculative.SpeculativeConfig": (
+            *OBJECT_ATTRS["vllm.config.speculative.SpeculativeConfig"],
+            "custom_method",
+            "speculator_options",
+        ),
+        "vllm.v1.worker.gpu.spec_decode.gemma4.config.Gemma4MTPSpeculatorConfig": (
+            "base_method",
+            "speculator_class",
+            "supported_options",
+            "supports_pcp",
+        ),
         # M4: refused at config time
         "vllm.config.parallel.ParallelConfig": (
             "prefill_context_parallel_size",
@@ -504,6 +516,20 @@ _mirror(
     "takes sampler.sampling_states; it reads self.draft_logits, which a greedy round "
     "hides (M3: the cache is replicated, so its assign is a no-op)",
     {"0.34.0": "1fd874a7ce82e000cc3c754c81f765934a3c62e199ac5529387b242e2c3b0600"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    "vllm.v1.worker.gpu.spec_decode.speculator_config", "get_speculator_config_class",
+    "hook 1: a registered method's config (adapters/vllm_0_34/config.py) is used as it "
+    "is, neither replaced by the config the assistant checkpoint declares nor specialised",
+    {"0.34.0": "7519ca0b2edad573d38a4c2cdff99ee5ba22657dc1a2315d0c4a7aba6c1fe991"},
+    _m034,
+)  # fmt: skip
+_mirror(
+    "vllm.v1.worker.gpu.spec_decode", "init_speculator",
+    "hook 1: the model runner builds the registered config's speculator_class with "
+    "(vllm_config, device) (FrozenKVMTPSpeculator takes no req_states)",
+    {"0.34.0": "15cdd9e83f28508da1cc34581829c42662a2f204de1d64f36e23e9a1fabd85f5"},
     _m034,
 )  # fmt: skip
 _mirror(

@@ -265,6 +265,13 @@ def _plugin_check(target: str, hf_config: Any, spec: dict[str, Any]) -> str:
     from vllm_frozen_kv_mtp.frontend.translate import translate_speculative_config
     from vllm_frozen_kv_mtp.options import FrozenKVMTPConfigError
 
+    options: dict[str, Any] = {}
+
+    def keep(engine_args: Any, spec: dict[str, Any], carried: dict[str, Any]) -> None:
+        # what vLLM would get, without asking the installed vLLM how to hand it over
+        engine_args.speculative_config = spec
+        options.update(carried)
+
     engine_args = SimpleNamespace(
         speculative_config=dict(spec), additional_config=None, scheduler_cls=None
     )
@@ -279,7 +286,7 @@ def _plugin_check(target: str, hf_config: Any, spec: dict[str, Any]) -> str:
         pipeline_parallel_size=1, tensor_parallel_size=1, data_parallel_size=1
     )
     try:
-        ours = translate_speculative_config(engine_args, model_config, parallel)
+        ours = translate_speculative_config(engine_args, model_config, parallel, carry=keep)
     except FrozenKVMTPConfigError as e:
         raise CheckFailed(str(e)) from None
     if not ours:  # not ours, and no near miss of our name either
@@ -295,7 +302,7 @@ def _plugin_check(target: str, hf_config: Any, spec: dict[str, Any]) -> str:
     spec_out = engine_args.speculative_config
     return f"{METHOD}, " + describe(
         spec_out["model"],
-        engine_args.additional_config[METHOD],
+        options,
         spec_out["num_speculative_tokens"],
         spec_out.get("num_speculative_tokens_per_batch_size"),
         spec_out["draft_sample_method"],
@@ -326,7 +333,7 @@ def _engine_check(target: str, spec: dict[str, Any]) -> str:
     s = cfg.speculative_config
     return f'{METHOD} (runs as vLLM\'s "{s.method}"), ' + describe(
         s.model,
-        cfg.additional_config.get(METHOD) or {},
+        active.frontend.options_of(cfg) or {},
         s.num_speculative_tokens,
         s.num_speculative_tokens_per_batch_size,
         s.draft_sample_method,

@@ -3,14 +3,17 @@
 Runs in the front end (``EngineArgs.create_speculative_config``, patch 1), before any
 engine starts: the keys and their values, the parallel layout, the pair
 (``pair.py``), image inputs (``multimodal.py``) and k (``draft_length/request.py``).
-Each refusal names the problem and the fix. The result is vLLM's own ``"mtp"`` config
-plus our options in ``additional_config`` (``options.py``).
+Each refusal names the problem and the fix. The result is a config vLLM's Gemma 4 MTP
+runs, with our options, as the adapter hands it over (``carry_options``): on vLLM
+0.32/0.33 vLLM's own ``"mtp"`` with the options in ``additional_config``, on 0.34 the
+registered method with the options in ``speculator_options`` (``options.py``).
 """
 
 from __future__ import annotations
 
 import difflib
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -24,7 +27,6 @@ from vllm_frozen_kv_mtp.frontend.pair import (
 )
 from vllm_frozen_kv_mtp.identity import METHOD
 from vllm_frozen_kv_mtp.options import (
-    ADDITIONAL_CONFIG_KEY,
     AUTO_K,
     CENTROID_HEADS,
     DENSE_HEADS,
@@ -142,9 +144,15 @@ def _fold_cli_aliases(engine_args: Any) -> None:
 
 
 def translate_speculative_config(
-    engine_args: Any, target_model_config: Any, target_parallel_config: Any
+    engine_args: Any,
+    target_model_config: Any,
+    target_parallel_config: Any,
+    carry: Callable[[Any, dict[str, Any], dict[str, Any]], None] | None = None,
 ) -> bool:
-    """Validate a frozen_kv_mtp request and rewrite ``engine_args`` for vLLM's 'mtp'.
+    """Validate a frozen_kv_mtp request and rewrite ``engine_args`` for vLLM's Gemma 4
+    MTP: ``carry(engine_args, spec, options)`` writes the translated speculative config
+    and the options (default: the installed release's ``active.frontend.carry_options``;
+    ``check-config`` passes its own, which reads no vLLM).
 
     Returns False (and changes nothing) when the request is not for frozen_kv_mtp.
     """
@@ -242,13 +250,10 @@ def translate_speculative_config(
         )
     translated = {key: v for key, v in cfg.items() if key in PASSTHROUGH_KEYS}
     translated["draft_sample_method"] = draft_sample_method(cfg)
-    translated.update(method="mtp", model=model, num_speculative_tokens=k)
+    translated.update(method=METHOD, model=model, num_speculative_tokens=k)
     if schedule is not None:
         translated["num_speculative_tokens_per_batch_size"] = schedule
-    engine_args.speculative_config = translated
-    extra = dict(getattr(engine_args, "additional_config", None) or {})
-    extra[ADDITIONAL_CONFIG_KEY] = asdict(options)
-    engine_args.additional_config = extra
+    (carry or active.frontend.carry_options)(engine_args, translated, asdict(options))
     logger.info(
         "frozen_kv_mtp: assistant %s, %s, %s drafts, %s verification, target %s "
         "(drafting from one seed row per request over the target's read-only KV)",

