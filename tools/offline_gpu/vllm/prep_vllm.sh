@@ -50,6 +50,21 @@ old = "if not (FA2_AVAILABLE or FA3_AVAILABLE):\n    raise ImportError("
 assert old in s, "vllm_flash_attn patch point not found"
 open(p, "w").write(s.replace(old, "if False:  # gpu-recipe: FA2/FA3 dropped\n    raise ImportError("))
 EOF
+# From 0.34 on, every CUDA engine's kernel warmup imports the MiniMax M3 MSA warmup, whose kernels
+# import the CuTe DSL (nvidia-cutlass-dsl, quack-kernels), which the bundle leaves out: that import is
+# made to depend on the DSL being there (the warmup itself returns at once for any other model).
+KW="$W/slim/vllm/model_executor/warmup/kernel_warmup.py"
+if grep -q "minimax_m3_msa_warmup import" "$KW"; then
+  $PY - "$KW" <<'EOF'
+import sys
+p = sys.argv[1]; s = open(p).read()
+old = "    if current_platform.is_cuda():\n        # The MSA kernels, and the CuTe DSL"
+assert s.count(old) == 1, "kernel_warmup MSA patch point not found"
+new = ("    if current_platform.is_cuda() and __import__(\"importlib.util\").util.find_spec(\"cutlass\"):"
+       "  # gpu-recipe: no CuTe DSL\n        # The MSA kernels, and the CuTe DSL")
+open(p, "w").write(s.replace(old, new))
+EOF
+fi
 
 # 2. Runtime deps for Python 3.12 minus what the image has. torch/triton resolve to metadata-only stubs;
 #    GPU extras (flashinfer, cutlass-dsl, tilelang, ...) are left out; image versions pinned.
