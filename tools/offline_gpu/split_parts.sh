@@ -20,7 +20,8 @@ split_parts() {
   for c in "${chunks[@]}"; do
     p="$out/$prefix${letters:i:1}"
     mkdir -p "$p"; mv "$c" "$p/"
-    cp "$host"/*.sh "$host"/*.py "$p/"
+    cp "$host"/*.sh "$p/"
+    if compgen -G "$host/*.py" >/dev/null; then cp "$host"/*.py "$p/"; fi
     printf '%s_%s=%s\n%s_SHA256=%s\n%s_CHUNKS="%s"\n' "$var" "$vkey" "$version" "$var" "$sha" \
       "$var" "$names" > "$p/$manifest"
     i=$((i + 1))
