@@ -8,7 +8,7 @@
 #                                        # run from the repo root with Q set to the queue
 #                                        # folder; rows belong under $Q/rows
 #   bash tools/gpu_queue.sh wait 540     # follow up to 540 s (returns early when the queue
-#                                        # ends); copies $Q/rows and the logs into $OUT
+#                                        # ends); packs $Q/rows and log tails into $OUT/queue.tgz
 #   bash tools/gpu_queue.sh status       # the step running now and the rows so far
 #   bash tools/gpu_queue.sh stop         # kill the queue (its process group)
 #
@@ -18,13 +18,18 @@ set -u
 Q=${QUEUE_DIR:-/tmp/queue}
 REPO=$(pwd)
 
-copy_out() {
+copy_out() { # one archive: a call brings back at most 8 files, so loose rows and logs got lost
   [ -n "${OUT:-}" ] || return 0
-  mkdir -p "$OUT/queue"
-  cp -r "$Q/rows" "$Q/steps.tsv" "$OUT/queue/" 2>/dev/null
+  local pack="$Q/pack"
+  mkdir -p "$OUT"
+  rm -rf "$pack" && mkdir -p "$pack/logs"
+  cp -r "$Q/rows" "$pack/" 2>/dev/null
+  cp "$Q/steps.tsv" "$pack/" 2>/dev/null
   for f in "$Q"/[0-9]*.log; do
-    [ -f "$f" ] && tail -c 20000 "$f" >"$OUT/queue/$(basename "$f")"
+    [ -f "$f" ] && tail -c 20000 "$f" >"$pack/logs/$(basename "$f")"
   done
+  tar czf "$OUT/queue.tgz.tmp" -C "$pack" . && mv "$OUT/queue.tgz.tmp" "$OUT/queue.tgz"
+  cp "$Q/steps.tsv" "$OUT/steps.tsv" 2>/dev/null
   return 0
 }
 
