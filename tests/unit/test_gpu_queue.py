@@ -1,10 +1,11 @@
 """tools/gpu_queue.sh: a detached queue keeps going past a failed step and copies its
-rows and logs out on every wait."""
+rows and log tails out on every wait, in one archive (a call brings back at most 8 files)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "gpu_queue.sh"
@@ -31,5 +32,9 @@ def test_queue_runs_every_step_and_copies_rows(tmp_path: Path) -> None:
     )
     assert "done" in done.stdout
     assert "rc=3" in done.stdout  # the failed step is reported, and the next one still ran
-    assert (tmp_path / "out/queue/rows/r.jsonl").read_text() == "first\nsecond\n"
-    assert (tmp_path / "out/queue/03.log").exists()
+    with tarfile.open(tmp_path / "out/queue.tgz") as pack:
+        names = {n.removeprefix("./") for n in pack.getnames()}
+        rows = pack.extractfile("./rows/r.jsonl")
+        assert rows is not None and rows.read() == b"first\nsecond\n"
+    assert {"steps.tsv", "logs/01.log", "logs/03.log"} <= names
+    assert len(list((tmp_path / "out").iterdir())) == 2  # queue.tgz and steps.tsv

@@ -1,7 +1,7 @@
 # Sourced by the prep scripts: split_parts cuts an archive into equal chunks of at most
 # PART_MAX_MIB (less 1 MiB for the scripts and the manifest), one per upload folder
-# OUT_DIR/<prefix>a, <prefix>b, ..., each with the host scripts and a manifest that names
-# the version, the archive's SHA-256 and every chunk (what the host's setup script checks).
+# OUT_DIR/<prefix>a, <prefix>b, ..., each with the host scripts, join_chunks.sh and a manifest
+# that names the version, the archive's SHA-256 and every chunk (what join_chunks checks).
 #
 #   split_parts ARCHIVE OUT_DIR PREFIX HOST_DIR MANIFEST VAR VERSION_KEY VERSION
 #   e.g. split_parts "$W/fa4.tar.xz" "$OUT" fa4 "$HERE/host" fa4.manifest FA4 VLLM_VER 0.33.0
@@ -20,7 +20,7 @@ split_parts() {
   for c in "${chunks[@]}"; do
     p="$out/$prefix${letters:i:1}"
     mkdir -p "$p"; mv "$c" "$p/"
-    cp "$host"/*.sh "$p/"
+    cp "$host"/*.sh "$(dirname "${BASH_SOURCE[0]}")/join_chunks.sh" "$p/"
     if compgen -G "$host/*.py" >/dev/null; then cp "$host"/*.py "$p/"; fi
     printf '%s_%s=%s\n%s_SHA256=%s\n%s_CHUNKS="%s"\n' "$var" "$vkey" "$version" "$var" "$sha" \
       "$var" "$names" > "$p/$manifest"

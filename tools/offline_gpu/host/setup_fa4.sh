@@ -12,24 +12,17 @@ STASH=${FA4_STASH:-/tmp/fa4-chunks}
 test -f "$SITE/vllm/__init__.py" || { echo "no vLLM bundle in $SITE: install it first"; exit 3; }
 # shellcheck source=/dev/null
 . "$D/fa4.manifest"
-mkdir -p "$STASH" || exit 2
-for c in "$D"/fa4.tar.xz.part-*; do cp "$c" "$STASH/" || exit 2; echo "kept $(basename "$c") in $STASH"; done
-missing=""
-for c in $FA4_CHUNKS; do test -f "$STASH/$c" || missing="$missing $c"; done
-if [ -n "$missing" ]; then
-  echo "FA4 chunks still to upload:$missing (upload the next part and run its setup_fa4.sh)"
-  exit 0
-fi
-chunks=(); for c in $FA4_CHUNKS; do chunks+=("$STASH/$c"); done
-got=$(cat "${chunks[@]}" | sha256sum | cut -d' ' -f1)
-if [ "$got" != "$FA4_SHA256" ]; then
-  echo "FA4 archive checksum mismatch (chunks from different builds?): rm -rf $STASH and upload all parts again"
-  exit 2
-fi
+# shellcheck source=/dev/null
+. "$D/join_chunks.sh"
 U=/tmp/fa4-unpack
-rm -rf "$U" && mkdir -p "$U" && cat "${chunks[@]}" | xz -d | tar -C "$U" -x || exit 2
+rm -rf "$U" && mkdir -p "$U" || exit 2
+join_chunks "$D" FA4 "$STASH" "$U/fa4.tar.xz"
+rc=$?
+[ "$rc" = 1 ] && exit 0
+[ "$rc" = 0 ] || exit 2
+xz -dc "$U/fa4.tar.xz" | tar -C "$U" -x && rm "$U/fa4.tar.xz" || exit 2
 python3 "$D/install_fa4.py" "$U" "$SITE" || exit 2
-rm -rf "$U" "$STASH"
+rm -rf "$U"
 # shellcheck source=/dev/null
 . "$D/env_fa4.sh"
 cd /tmp && python3 "$D/check_fa4.py"

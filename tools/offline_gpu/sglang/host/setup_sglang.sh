@@ -11,26 +11,19 @@ SGLSITE=${SGLSITE:-/tmp/sglsite}
 STASH=${SGL_STASH:-/tmp/sgl-chunks}
 # shellcheck source=/dev/null
 . "$D/sgl.manifest"
-mkdir -p "$STASH" || exit 2
-for c in "$D"/sglsite.tar.xz.part-*; do cp "$c" "$STASH/" || exit 2; echo "kept $(basename "$c") in $STASH"; done
-missing=""
-for c in $SGL_CHUNKS; do test -f "$STASH/$c" || missing="$missing $c"; done
-if [ -n "$missing" ]; then
-  echo "SGLang chunks still to upload:$missing (upload the next part and run its setup_sglang.sh)"
-  exit 0
-fi
-chunks=(); for c in $SGL_CHUNKS; do chunks+=("$STASH/$c"); done
-got=$(cat "${chunks[@]}" | sha256sum | cut -d' ' -f1)
-if [ "$got" != "$SGL_SHA256" ]; then
-  echo "SGLang archive checksum mismatch (chunks from different builds?): rm -rf $STASH and upload all parts again"
-  exit 2
-fi
+# shellcheck source=/dev/null
+. "$D/join_chunks.sh"
 U=/tmp/sgl-unpack
-rm -rf "$U" && mkdir -p "$U" && cat "${chunks[@]}" | xz -d | tar -C "$U" -x || exit 2
+rm -rf "$U" && mkdir -p "$U" || exit 2
+join_chunks "$D" SGL "$STASH" "$U/sglsite.tar.xz"
+rc=$?
+[ "$rc" = 1 ] && exit 0
+[ "$rc" = 0 ] || exit 2
+xz -dc "$U/sglsite.tar.xz" | tar -C "$U" -x && rm "$U/sglsite.tar.xz" || exit 2
 rm -rf "$SGLSITE" && mv "$U/sglsite" "$SGLSITE" || exit 2
 # shellcheck source=/dev/null
 . "$D/env_sglang.sh"
 if [ -d "$U/jit" ]; then mkdir -p "$TVM_FFI_CACHE_DIR" && cp -a "$U"/jit/. "$TVM_FFI_CACHE_DIR/"; fi
-rm -rf "$U" "$STASH"
+rm -rf "$U"
 echo "SGLang $SGL_VERSION in $SGLSITE; $(find "$TVM_FFI_CACHE_DIR" -name '*.so' 2>/dev/null | wc -l) prebuilt JIT kernels in $TVM_FFI_CACHE_DIR"
 cd /tmp && python3 "$D/check_sglang.py"
