@@ -126,6 +126,20 @@ def test_all_greedy_batches_draft_greedily(sampled_llm: Any) -> None:
     assert rec.steps and stats.sampled_rounds > sampled_rounds
 
 
+def test_a_drafting_engine_logs_its_summary_when_due(sampled_llm: Any) -> None:
+    """A server's engine is killed before its exit hook, so the drafter's summary line
+    comes while it drafts, once per interval: due now, it comes in the next round, with
+    the counts so far, and not again within the interval."""
+    stats = drafter(sampled_llm).frozen_stats
+    stats.next_log_at = 0.0
+    with plugin_log() as seen:
+        sampled_llm.generate(PROMPTS[:4], [_params(i, sampled=True) for i in range(4)])
+    lines = [m for m in seen if "draft rounds (" in m]
+    assert len(lines) == 1, seen
+    assert f"k={K}:" in lines[0] and "sampled their drafts" in lines[0]
+    assert stats.next_log_at > 0.0
+
+
 def test_centroid_q_is_zero_outside_the_selected_centroids(sampled_llm: Any) -> None:
     params = [_params(i, sampled=True) for i in range(6)]
     with DraftRecorder(sampled_llm) as rec:

@@ -1,7 +1,11 @@
-"""Host-side counters of a drafter's rounds, logged when its process exits.
+"""Host-side counters of a drafter's rounds, logged while it drafts and when its process exits.
 
 Both drafters (V1's proposer and Model Runner V2's speculator) count what they ran
-without a device sync; ``DraftStats.summary`` is the line a process logs at exit.
+without a device sync; ``DraftStats.summary`` is the line a process logs. A server's
+engine processes are killed at shutdown before their exit hooks run, so a drafting
+engine also logs the line (and the kernel fallbacks so far) every
+:data:`LOG_INTERVAL_S`: rounds without their CUDA graph and fallbacks are performance
+cliffs a server's operator must be able to see while it serves.
 """
 
 from __future__ import annotations
@@ -9,11 +13,18 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_frozen_kv_mtp.kernels import fallbacks
+
 logger = logging.getLogger("vllm.frozen_kv_mtp")
+
+#: seconds between two summary lines of a drafting engine (checked on each round's host
+#: side, one clock read)
+LOG_INTERVAL_S = 60.0
 
 
 @dataclass
@@ -38,12 +49,32 @@ class DraftStats:
     #: rounds whose drafts were sampled from the assistant (a batch with a sampled
     #: request, draft_sample_method "probabilistic"); the other rounds drafted greedily
     sampled_rounds: int = 0
+    #: when the next summary line is due (time.monotonic)
+    next_log_at: float = dataclasses.field(
+        default_factory=lambda: time.monotonic() + LOG_INTERVAL_S, repr=False, compare=False
+    )
 
     def count_round(self, k: int) -> None:
         self.rounds_by_k[k] = self.rounds_by_k.get(k, 0) + 1
+        self._log_when_due()
+
+    def count_skipped(self) -> None:
+        """A step whose k was 0: no draft round ran."""
+        self.skipped_rounds += 1
+        self._log_when_due()
+
+    def _log_when_due(self) -> None:
+        now = time.monotonic()
+        if now < self.next_log_at:
+            return
+        self.next_log_at = now + LOG_INTERVAL_S
+        logger.info("%s", self.summary())
+        line = fallbacks.summary()
+        if line is not None:
+            logger.warning("%s", line)
 
     def summary(self) -> str:
-        """What the drafter did, in one line (logged when the process exits)."""
+        """What the drafter did so far, in one line."""
         per_k = ", ".join(f"k={k}: {n}" for k, n in sorted(self.rounds_by_k.items()))
         return (
             f"frozen_kv_mtp: {self.rounds} draft rounds ({per_k or 'none'}); "
@@ -59,6 +90,7 @@ class DraftStats:
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(dataclasses.asdict(self))
+        del d["next_log_at"]
         d["seed_rows_per_round"] = self.seed_rows / self.rounds if self.rounds else 0.0
         d["metadata_builds_per_round"] = self.metadata_builds / self.rounds if self.rounds else 0.0
         return d

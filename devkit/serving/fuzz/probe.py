@@ -2,9 +2,10 @@
 
 A ``vllm serve`` process keeps the drafter (and its :class:`~vllm_frozen_kv_mtp.drafters.stats.
 DraftStats`: rounds per k, steps at k = 0, rounds without their CUDA graph) in its engine
-core, and logs them only at exit, which a killed engine core never reaches. The GPU fuzz
-and the soak need them while the server runs, so the server gets one more general plugin
-(a metadata-only distribution, see :func:`probe_dist`): :func:`start` runs in every vLLM
+core, and logs them once a minute as text (and at exit, which a killed engine core never
+reaches). The GPU fuzz and the soak need them as numbers while the server runs, so the
+server gets one more general plugin (a metadata-only distribution, see
+:func:`probe_dist`): :func:`start` runs in every vLLM
 process and, when ``FROZEN_KV_MTP_STATS_DIR`` is set, starts a daemon thread that appends
 the process's live counters to ``<dir>/<pid>.jsonl`` every few seconds. It only reads;
 no vLLM object is touched. :func:`read_stats` sums the newest line of each file.

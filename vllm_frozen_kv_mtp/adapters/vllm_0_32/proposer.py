@@ -96,7 +96,7 @@ class FrozenKVMTPProposer(FrozenSeedProposer, Gemma4Proposer):
             # forward to keep its draft KV in sync; a frozen-KV drafter has none.
             self.num_speculative_tokens = 0
             self._last_draft_probs = None
-            self.frozen_stats.skipped_rounds += 1
+            self.frozen_stats.count_skipped()
             return torch.empty((batch, 0), dtype=torch.int64, device=target_positions.device)
         rows = seed_row_indices(token_indices_to_sample, common_attn_metadata.query_start_loc)
         seed_cad = one_row_decode_metadata(

@@ -257,7 +257,7 @@ class FrozenKVMTPSpeculator(FrozenRound, Gemma4Speculator):
         k = self.num_speculative_steps if num_speculative_tokens is None else num_speculative_tokens
         if k == 0:
             if not dummy_run:
-                self.frozen_stats.skipped_rounds += 1
+                self.frozen_stats.count_skipped()
             self.draft_tokens[:num_reqs].fill_(-1)
             return 0
         self._copy_request_inputs(
