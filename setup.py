@@ -30,6 +30,10 @@ setup(
     },
     entry_points={
         "vllm.general_plugins": ["frozen_kv_mtp = vllm_frozen_kv_mtp:register"],
+        # /metrics: engine steps per draft length (vLLM's AsyncLLM loads these)
+        "vllm.stat_logger_plugins": [
+            "frozen_kv_mtp = vllm_frozen_kv_mtp.frontend.metrics:FrozenKVMTPStatLogger"
+        ],
         "console_scripts": ["frozen-kv-mtp = vllm_frozen_kv_mtp.frontend.cli:main"],
     },
 )

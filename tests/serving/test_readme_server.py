@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import json
 import re
 import shlex
 import subprocess
@@ -29,6 +30,8 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.engine
 
 BEGIN, END = "<!-- cpu-server:begin -->", "<!-- cpu-server:end -->"
+#: a metrics line the README's grep keeps (vLLM's or the plugin's)
+METRIC_LINE = r"^(vllm|frozen_kv_mtp):\S+ "
 
 
 def readme_blocks() -> tuple[str, str]:
@@ -102,13 +105,18 @@ def test_readme_cpu_server_commands(tmp_path: Path) -> None:
             timeout=300,
             check=True,
         ).stdout
-        text, _, metrics = out.partition("vllm:spec_decode")
-        metrics = "vllm:spec_decode" + metrics
+        first = re.search(METRIC_LINE, out, flags=re.M)
+        assert first is not None, out
+        text, metrics = out[: first.start()], out[first.start() :]
         assert text.removesuffix("\n") == expected, (text, expected)
         assert len(expected.split()) >= 5, expected  # real text, not one token repeated
         drafted = counter(metrics, "vllm:spec_decode_num_draft_tokens_total")
         accepted = counter(metrics, "vllm:spec_decode_num_accepted_tokens_total")
         assert drafted > 0 and accepted > 0, metrics
+        # the plugin's steps per k count the server's fixed k
+        k = json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens"]
+        steps = f'frozen_kv_mtp:steps_total{{engine="0",k="{k}",model_name="tiny-gemma4"}}'
+        assert counter(metrics, steps) > 0
         assert re.search(r"frozen_kv_mtp: .*proposer active", srv.log_text())
         # the server, its engine core and the worker: the shutdown check below means something
         assert len(srv.tree()) >= 3, [p.name() for p in srv.tree()]

@@ -38,6 +38,10 @@ PLUGIN = "vllm_frozen_kv_mtp"
 VLLM_AT_IMPORT = {
     # the registered method's SpeculatorConfig, which vLLM imports by qualified name
     f"{PLUGIN}.adapters.vllm_0_34.config",
+    # the stat-logger plugin, which vLLM's AsyncLLM loads (a subclass of vLLM's base)
+    f"{PLUGIN}.frontend.metrics",
+    f"{PLUGIN}.adapters.vllm_0_32.metrics",
+    f"{PLUGIN}.adapters.vllm_0_34.metrics",
     f"{PLUGIN}.adapters.vllm_0_34.scheduler",
     f"{PLUGIN}.adapters.vllm_0_34.speculator",
     f"{PLUGIN}.adapters.vllm_0_32.proposer",

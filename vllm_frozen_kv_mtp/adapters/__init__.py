@@ -10,6 +10,7 @@ package here holds what is bound to the releases it serves, one module per proce
   inside its function, so that importing it imports no vLLM (``check-config`` relies
   on that);
 * ``scheduler.py``: the engine core's scheduler classes (``draft_length/scheduler.py``);
+* ``metrics.py``: the front end's stat-logger base (``frontend/metrics.py``);
 * ``speculator.py``: Model Runner V2's ``FrozenKVMTPSpeculator``, the version-neutral
   ``drafters/seed_round.FrozenRound`` bound to that release's ``Gemma4Speculator``: every
   override by an upstream name, the copies of upstream's control flow, the graph
@@ -24,12 +25,13 @@ supported window: :func:`check_vllm_version`, which ``register()`` runs, and
 ``vllm_frozen_kv_mtp.SUPPORTED_VLLM_MIN`` / ``SUPPORTED_VLLM_MAX_EXCLUSIVE`` are derived
 from its keys.
 The rest of the package takes vLLM's names from ``adapters/active.py`` (``active.frontend``,
-``active.scheduler``, ``active.proposer_helpers``), which imports each role module of the
-package :func:`current` picks when it is first read, never from ``vllm`` or a
-``vllm_<major>_<minor>`` package by name. The two roles built on this package's drafters,
-``proposer`` and ``speculator``, are read through ``adapters/bound_drafters.py`` instead:
-``drafters/speculator.py`` and ``drafters/proposer.py`` re-export their classes under the
-paths patches 2 and 3 (and vLLM's dispatch) build them from. Kept apart, the drafters
+``active.scheduler``, ``active.metrics``, ``active.proposer_helpers``), which imports each
+role module of the package :func:`current` picks when it is first read, never from
+``vllm`` or a ``vllm_<major>_<minor>`` package by name. The two roles built on this
+package's drafters, ``proposer`` and ``speculator``, are read through
+``adapters/bound_drafters.py`` instead: ``drafters/speculator.py`` and
+``drafters/proposer.py`` re-export their classes under the paths patches 2 and 3 (and
+vLLM's dispatch) build them from. Kept apart, the drafters
 read ``active`` and are read by ``bound_drafters``, so no import runs in a circle.
 
 ``vllm_0_32`` serves vLLM 0.32 and 0.33, whose Gemma 4 drafter code is identical.

@@ -1,7 +1,8 @@
-"""vLLM's names for the installed release: ``active.frontend``, ``active.scheduler`` and
-``active.proposer_helpers`` are the role modules of the package ``adapters.current()``
-picks from ``adapters.ADAPTERS``. The drafter classes built on this package's drafters
-are read through ``bound_drafters`` instead (``adapters/__init__.py`` says why).
+"""vLLM's names for the installed release: ``active.frontend``, ``active.scheduler``,
+``active.metrics`` and ``active.proposer_helpers`` are the role modules of the package
+``adapters.current()`` picks from ``adapters.ADAPTERS``. The drafter classes built on this
+package's drafters are read through ``bound_drafters`` instead (``adapters/__init__.py``
+says why).
 
 Each is imported when first read, not when this module is: importing it imports no vLLM,
 so the front end (and ``check-config``) pays nothing until a function that needs vLLM
@@ -16,9 +17,14 @@ from typing import TYPE_CHECKING
 from vllm_frozen_kv_mtp.adapters import lazy_roles
 
 if TYPE_CHECKING:  # mypy reads one adapter for all: every package has the same roles
-    from vllm_frozen_kv_mtp.adapters.vllm_0_32 import frontend, proposer_helpers, scheduler
+    from vllm_frozen_kv_mtp.adapters.vllm_0_32 import (
+        frontend,
+        metrics,
+        proposer_helpers,
+        scheduler,
+    )
 
-__all__ = ["frontend", "proposer_helpers", "scheduler"]
+__all__ = ["frontend", "metrics", "proposer_helpers", "scheduler"]
 
 
 __getattr__ = lazy_roles(globals(), __all__)
