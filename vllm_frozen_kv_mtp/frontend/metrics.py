@@ -6,7 +6,8 @@ speculation off (k = 0), on the same dashboard as the rest of the server. vLLM's
 ``AsyncLLM`` (the OpenAI server, Ray Serve LLM) loads stat loggers from the
 ``vllm.stat_logger_plugins`` entry-point group and hands them every step's
 ``SchedulerStats`` in the front-end process; this one reads the step's verified drafts
-there. No engine object is touched, and an engine without ``frozen_kv_mtp`` gets a logger
+there, into the process's Prometheus registry (the OpenAI server's ``/metrics``; Ray Serve
+exports vLLM's metrics through its own logger instead, which does not carry this one). No engine object is touched, and an engine without ``frozen_kv_mtp`` gets a logger
 that does nothing.
 
 The metric's name has no ``vllm:`` prefix: vLLM's own Prometheus logger, built after the
