@@ -69,3 +69,23 @@ def test_chunks_of_another_build_are_refused(tmp_path: Path) -> None:
     mixed = _join(other_build / "upb", stash, joined)
     assert mixed.returncode == 3
     assert "bad join" in mixed.stdout and f"rm -rf {stash}" in mixed.stdout
+
+
+def test_the_last_upload_unpacks_the_archive(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(3 << 19))
+    archive = tmp_path / "a.tar.xz"
+    subprocess.run(["tar", "-C", str(src), "-cJf", str(archive), "a.bin"], check=True)
+    out = _cut(tmp_path, "xz", archive.read_bytes())
+    stash, unpacked = tmp_path / "stash", tmp_path / "unpacked"
+    for part, rc in (("upa", 1), ("upb", 0)):
+        run = _bash(
+            '. "$P/a.manifest" && . "$P/join_chunks.sh" && join_and_unpack "$P" A "$S" "$U"',
+            P=str(out / part),
+            S=str(stash),
+            U=str(unpacked),
+        )
+        assert run.returncode == rc, run.stdout + run.stderr
+    assert (unpacked / "a.bin").read_bytes() == (src / "a.bin").read_bytes()
+    assert sorted(p.name for p in unpacked.iterdir()) == ["a.bin"]  # the archive is gone

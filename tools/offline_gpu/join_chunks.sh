@@ -31,3 +31,15 @@ join_chunks() {
   }
   rm -rf "$stash"
 }
+
+#   join_and_unpack PART_DIR VAR STASH DIR
+# join_chunks into a fresh DIR, then unpack the joined .tar.xz there (and drop it).
+# Returns join_chunks' codes; 2 also where the unpack fails.
+join_and_unpack() {
+  local d=$1 var=$2 stash=$3 dir=$4 rc
+  rm -rf "$dir" && mkdir -p "$dir" || return 2
+  join_chunks "$d" "$var" "$stash" "$dir/joined.tar.xz"
+  rc=$?
+  [ "$rc" = 0 ] || return "$rc"
+  xz -dc "$dir/joined.tar.xz" | tar -C "$dir" -x && rm "$dir/joined.tar.xz" || return 2
+}

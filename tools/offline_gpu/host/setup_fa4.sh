@@ -15,12 +15,8 @@ test -f "$SITE/vllm/__init__.py" || { echo "no vLLM bundle in $SITE: install it 
 # shellcheck source=/dev/null
 . "$D/join_chunks.sh"
 U=/tmp/fa4-unpack
-rm -rf "$U" && mkdir -p "$U" || exit 2
-join_chunks "$D" FA4 "$STASH" "$U/fa4.tar.xz"
-rc=$?
-[ "$rc" = 1 ] && exit 0
-[ "$rc" = 0 ] || exit 2
-xz -dc "$U/fa4.tar.xz" | tar -C "$U" -x && rm "$U/fa4.tar.xz" || exit 2
+join_and_unpack "$D" FA4 "$STASH" "$U"
+case $? in 0) ;; 1) exit 0 ;; *) exit 2 ;; esac
 python3 "$D/install_fa4.py" "$U" "$SITE" || exit 2
 rm -rf "$U"
 # shellcheck source=/dev/null

@@ -14,12 +14,8 @@ STASH=${SGL_STASH:-/tmp/sgl-chunks}
 # shellcheck source=/dev/null
 . "$D/join_chunks.sh"
 U=/tmp/sgl-unpack
-rm -rf "$U" && mkdir -p "$U" || exit 2
-join_chunks "$D" SGL "$STASH" "$U/sglsite.tar.xz"
-rc=$?
-[ "$rc" = 1 ] && exit 0
-[ "$rc" = 0 ] || exit 2
-xz -dc "$U/sglsite.tar.xz" | tar -C "$U" -x && rm "$U/sglsite.tar.xz" || exit 2
+join_and_unpack "$D" SGL "$STASH" "$U"
+case $? in 0) ;; 1) exit 0 ;; *) exit 2 ;; esac
 rm -rf "$SGLSITE" && mv "$U/sglsite" "$SGLSITE" || exit 2
 # shellcheck source=/dev/null
 . "$D/env_sglang.sh"
