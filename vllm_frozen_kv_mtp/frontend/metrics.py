@@ -7,8 +7,9 @@ speculation off (k = 0), on the same dashboard as the rest of the server. vLLM's
 ``vllm.stat_logger_plugins`` entry-point group and hands them every step's
 ``SchedulerStats`` in the front-end process; this one reads the step's verified drafts
 there, into the process's Prometheus registry (the OpenAI server's ``/metrics``; Ray Serve
-exports vLLM's metrics through its own logger instead, which does not carry this one). No engine object is touched, and an engine without ``frozen_kv_mtp`` gets a logger
-that does nothing.
+exports vLLM's metrics through its own logger instead, which does not carry this one). No
+engine object is touched, and an engine without ``frozen_kv_mtp`` gets a logger that does
+nothing.
 
 The metric's name has no ``vllm:`` prefix: vLLM's own Prometheus logger, built after the
 plugins, unregisters every ``vllm:`` collector it finds.
@@ -66,14 +67,18 @@ class FrozenKVMTPStatLogger(active.metrics.StatLoggerBase):
     def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
         self.engine_index = engine_index
         self._counts: dict[int, Any] = {}
-        if options_from_vllm_config(vllm_config) is None:
-            return
-        model_name = str(vllm_config.model_config.served_model_name)
-        counter = steps_counter()
-        self._label = lambda k: counter.labels(model_name, str(engine_index), str(k))
-        k_max = int(vllm_config.speculative_config.num_speculative_tokens or 0)
-        # every k the engine can run, at 0 from the start, so a dashboard sees them all
-        self._counts = {k: self._label(k) for k in range(k_max + 1)}
+        try:
+            if options_from_vllm_config(vllm_config) is None:
+                return
+            model_name = str(vllm_config.model_config.served_model_name)
+            counter = steps_counter()
+            self._label = lambda k: counter.labels(model_name, str(engine_index), str(k))
+            k_max = int(vllm_config.speculative_config.num_speculative_tokens or 0)
+            # every k the engine can run, at 0 from the start, so a dashboard sees them all
+            self._counts = {k: self._label(k) for k in range(k_max + 1)}
+        except Exception as e:  # a metric must never stop a server from starting
+            logger.warning("frozen_kv_mtp: no %s metric (%r)", STEPS_METRIC, e)
+            self._counts = {}
 
     def record(
         self,
