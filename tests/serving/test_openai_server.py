@@ -142,8 +142,19 @@ def test_spec_decode_counters_move(servers: Servers) -> None:
     )
     assert generated == sum(len(r.token_ids) for r in results)
 
+    # the plugin's steps per k: steps at the server's k, as many as vLLM's drafts say at
+    # most (a step verifies one draft per running request), none at another k but 0
+    steps = {
+        k: after.sum("frozen_kv_mtp:steps_total", k=str(k))
+        - before.sum("frozen_kv_mtp:steps_total", k=str(k))
+        for k in range(K + 1)
+    }
+    assert 0 < steps[K] <= d["num_drafts_total"], steps
+    assert all(steps[k] == 0 for k in range(1, K)), steps
+
     plain = client.scrape_metrics(servers.plain.url)
     assert not client.spec_counters(plain), "the reference server must not speculate"
+    assert "frozen_kv_mtp:steps_total" not in plain.names()
     assert re.search(r"frozen_kv_mtp: .*proposer active", servers.spec.log_text())
 
 

@@ -158,6 +158,11 @@ OBJECT_ATTRS: dict[str, tuple[str, ...]] = {
         "centroids", "centroid_intermediate_top_k", "token_ordering", "num_centroids",
         "vocab_size_per_centroid", "vocab_size", "_select_and_score",
     ),
+    # The front end's steps-per-k metric: each step's stats, handed to stat loggers
+    "vllm.v1.metrics.stats.SchedulerStats": ("spec_decoding_stats",),
+    "vllm.v1.metrics.stats.IterationStats": ("num_generation_tokens", "num_prompt_tokens"),
+    "vllm.v1.spec_decode.metrics.SpecDecodingStats": ("num_drafts", "num_draft_tokens"),
+    "vllm.config.model.ModelConfig": ("served_model_name",),
 }  # fmt: skip
 
 #: calls on vLLM objects the plugin is handed: (class, method) -> (positional count,

@@ -31,8 +31,8 @@ role module of the package :func:`current` picks when it is first read, never fr
 package's drafters, ``proposer`` and ``speculator``, are read through
 ``adapters/bound_drafters.py`` instead: ``drafters/speculator.py`` and
 ``drafters/proposer.py`` re-export their classes under the paths patches 2 and 3 (and
-vLLM's dispatch) build them from. Kept apart, the drafters
-read ``active`` and are read by ``bound_drafters``, so no import runs in a circle.
+vLLM's dispatch) build them from. Kept apart, the drafters read ``active`` and are read
+by ``bound_drafters``, so no import runs in a circle.
 
 ``vllm_0_32`` serves vLLM 0.32 and 0.33, whose Gemma 4 drafter code is identical.
 ``vllm_0_34`` (no V1 runner: no ``proposer`` or ``proposer_helpers``) is in
