@@ -260,6 +260,8 @@ def documented_methods() -> list[tuple[str, str, str]]:
             for value, kind in dict(reversed(values)).items():  # the first finding's bench
                 if "$" in value or value.startswith("-"):  # a shell variable, not a method
                     continue
+                if value.endswith("_total"):  # a Prometheus counter's name, not a method
+                    continue
                 for text in value.split(","):
                     # the session script fills @ATTN with bench.micro.attn_gpu's row count
                     found.append((where, kind, text.replace("@ATTN", "8")))
