@@ -53,7 +53,7 @@ def step_draft_length(scheduler_stats: Any, iteration_stats: Any) -> int | None:
     prefill; None for a step that says nothing about k (a prefill, no output)."""
     spec = getattr(scheduler_stats, "spec_decoding_stats", None)
     if spec is not None and spec.num_drafts:
-        return int(round(spec.num_draft_tokens / spec.num_drafts))
+        return round(spec.num_draft_tokens / spec.num_drafts)
     if iteration_stats is None or not iteration_stats.num_generation_tokens:
         return None
     if iteration_stats.num_prompt_tokens:

@@ -13,8 +13,7 @@ SITE=${1:-/tmp/site}
 W=$(mktemp -d)
 join_chunks "$D" BUNDLE "/tmp/$(basename "$SITE").chunks" "$W/bundle.tar"
 rc=$?
-[ "$rc" = 1 ] && { rm -rf "$W"; exit 0; }
-[ "$rc" = 0 ] || exit "$rc"
+[ "$rc" = 0 ] || { rm -rf "$W"; [ "$rc" = 1 ] && exit 0; exit "$rc"; }
 mkdir -p "$SITE" && tar -C "$W" -xf "$W/bundle.tar" && tar -C "$SITE" -xJf "$W/vllm-C.tar.xz" \
   && tar -C "$SITE" -xJf "$W/site.tar.xz" || exit 2
 rm -rf "$W"
